@@ -1,0 +1,80 @@
+"""One error body for the REST APIs: RFC 9457 problem details (application/problem+json)."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from litestar import MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+from sqlalchemy.exc import IntegrityError
+
+from controlplane.schemas.common import FieldProblem, ProblemDetail
+from controlplane.services.errors import ServiceError
+
+log = logging.getLogger("nimbus.api")
+PROBLEM_JSON = "application/problem+json"
+
+_TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
+           409: "Conflict", 413: "Payload too large", 415: "Unsupported media type", 422: "Unprocessable content",
+           429: "Too many requests", 500: "Internal server error", 503: "Service unavailable"}
+
+
+def problem(request: Request, status: int, detail: str, errors: list[FieldProblem] | None = None,
+            title: str | None = None, headers: dict[str, str] | None = None) -> Response:
+    body = ProblemDetail(
+        type=f"https://nimbus.dev/problems/{status}",
+        title=title or _TITLES.get(status, "Error"),
+        status=status,
+        detail=detail,
+        instance=request.url.path,
+        errors=errors or [],
+    )
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": 'Bearer realm="nimbus"'}
+    return Response(content=msgspec.json.encode(body), status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def _validation_errors(exc: ValidationException) -> list[FieldProblem]:
+    out = []
+    for item in exc.extra or []:
+        if isinstance(item, dict):
+            field = str(item.get("key") or item.get("source") or "body")
+            out.append(FieldProblem(field=field, message=str(item.get("message", "invalid value"))))
+    return out
+
+
+def handle_validation(request: Request, exc: ValidationException) -> Response:
+    return problem(request, 400, "request did not validate", _validation_errors(exc) or None)
+
+
+def handle_http(request: Request, exc: HTTPException) -> Response:
+    return problem(request, exc.status_code, str(exc.detail), headers=exc.headers)
+
+
+def handle_service(request: Request, exc: ServiceError) -> Response:
+    return problem(request, exc.status, exc.detail, [FieldProblem(e.field, e.message) for e in exc.errors],
+                   title=exc.title)
+
+
+def handle_integrity(request: Request, exc: IntegrityError) -> Response:
+    # A race between two writers on a unique key; the loser gets a clean 409.
+    log.info("integrity error on %s: %s", request.url.path, exc.orig.__class__.__name__)
+    return problem(request, 409, "conflicts with existing data")
+
+
+def handle_unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem(request, HTTP_500_INTERNAL_SERVER_ERROR, "internal error; it has been logged")
+
+
+EXCEPTION_HANDLERS = {
+    ValidationException: handle_validation,
+    ServiceError: handle_service,
+    IntegrityError: handle_integrity,
+    HTTPException: handle_http,
+    Exception: handle_unexpected,
+}
+
+__all__ = ["EXCEPTION_HANDLERS", "PROBLEM_JSON", "MediaType", "problem"]

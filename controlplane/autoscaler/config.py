@@ -1,0 +1,42 @@
+"""Tuning knobs of the policy, with the reasons for their defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AutoscalerConfig:
+    # Share of a replica's batch slots / KV pool / profiled token throughput we plan to use.
+    target_utilization: float = 0.9
+    # Knative KPA windows: the stable window sizes the pool, the panic window catches bursts.
+    stable_window_s: float = 60.0
+    panic_window_s: float = 10.0
+    # Panic when the panic window asks for this multiple of the ready replicas (KPA: 2.0)...
+    panic_threshold: float = 2.0
+    # ...or when queued requests per ready replica exceed this (queues lead TTFT for LLMs).
+    panic_queue_per_replica: float = 4.0
+    # After the last panic signal, never scale down for this long.
+    panic_hold_s: float = 60.0
+    # Scale down only to the highest need seen over this window (hysteresis: an oscillating
+    # load near a threshold keeps the higher count instead of flapping).
+    scale_down_hold_s: float = 300.0
+    # A replica that was just added is not drained before this long (it cost a cold start).
+    scale_down_cooldown_s: float = 300.0
+    # Give back at least this share of the pool per scale-down, so a slow decline does not
+    # turn into one scale event per replica.
+    scale_down_min_fraction: float = 0.0
+    # Grow by at least this share of the active pool when scaling up (fewer, larger steps).
+    scale_up_min_fraction: float = 0.0
+    # Pre-warm horizon = this quantile of the measured model-ready times (+ one tick).
+    prewarm_quantile: float = 0.9
+    default_model_ready_s: float = 120.0
+    decision_interval_s: float = 5.0
+    # Forecast: how far back the recent level and trend look.
+    forecast_level_window_s: float = 120.0
+    forecast_trend_window_s: float = 900.0
+    season_s: float = 86400.0
+    # SLO feedback: while p95 TTFT breaches the SLO, add a replica at most this often.
+    slo_breach_step_interval_s: float | None = None  # None: the pool's p90 model-ready time
+    # A spot outage ends only after spot has been usable for this long (avoid bouncing).
+    spot_return_delay_s: float = 300.0

@@ -1,0 +1,464 @@
+"""The pool autoscaler: a pure function from what a pool looks like now to what to do next.
+
+``decide`` composes small pure pieces, each answering one question:
+
+* ``measure_demand``   how many replicas' worth of work is there right now (engine gauges:
+                       batch slots, queue, KV pool; and token rate over the per-replica capacity)?
+* ``reactive_need``    Knative-style stable and panic windows over that demand.
+* ``predictive_need``  what will the peak need be one cold start (p90 model-ready time) from now?
+* ``apply_hysteresis`` scale up at once, scale down only to the highest need of a hold window.
+* ``kind_floor`` / ``clamp_target``  warm floor, scale-to-zero, max replicas, tenant GPU quota.
+* ``split_by_capacity_type``  spot / on-demand mix with on-demand fallback while spot is out.
+* ``choose_drains``    which replicas to drain, never below the panic-window need.
+* ``consolidation_moves``  pack replicas to free half-empty nodes (drain before remove).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from controlplane.autoscaler.config import AutoscalerConfig
+from controlplane.autoscaler.decision import AddReplica, Decision, Move
+from controlplane.autoscaler.forecast import Forecast, forecast_peak
+from controlplane.autoscaler.signals import (
+    AutoscalerState,
+    NodeSignal,
+    PoolObservation,
+    PoolSpec,
+    ReplicaSignal,
+)
+
+EPS = 1e-9
+
+
+# ---------------------------------------------------------------------------------------------
+# Demand
+
+
+@dataclass(frozen=True)
+class Demand:
+    engine_units: float  # Σ over ready replicas of the busiest of batch slots and KV pool (0..1+)
+    rate_units: float | None  # recent token rate / tokens one replica serves at the target
+    queue_total: int
+    ready: int
+    token_rate: float | None
+    ttft_p95_s: float | None  # worst ready replica
+
+    @property
+    def units(self) -> float:
+        return max(self.engine_units, self.rate_units or 0.0)
+
+
+def replica_utilization(replica: ReplicaSignal) -> float:
+    """Share of one replica in use: the scarcer of batch slots (queue included) and KV pool."""
+    slots = (replica.num_running_reqs + replica.num_queue_reqs) / max(1, replica.max_running_requests)
+    return max(slots, replica.kv_usage)
+
+
+def latest_rate(history: Sequence[tuple[float, float]], now: float, max_age_s: float) -> float | None:
+    if not history or now - history[-1][0] > max_age_s:
+        return None
+    return history[-1][1]
+
+
+def measure_demand(obs: PoolObservation, capacity_tok_s: float | None, config: AutoscalerConfig) -> Demand:
+    ready = [r for r in obs.replicas if r.state == "ready"]
+    token_rate = latest_rate(obs.token_rate_history, obs.now, config.stable_window_s)
+    rate_units = None
+    if capacity_tok_s and token_rate is not None:
+        # Expressed at full utilization, like the engine units, so one target applies to both.
+        rate_units = token_rate / capacity_tok_s
+    p95s = [r.ttft_p95_s for r in ready if r.ttft_p95_s is not None]
+    return Demand(
+        engine_units=sum(replica_utilization(r) for r in ready),
+        rate_units=rate_units,
+        queue_total=sum(r.num_queue_reqs for r in ready),
+        ready=len(ready),
+        token_rate=token_rate,
+        ttft_p95_s=max(p95s) if p95s else None,
+    )
+
+
+def learn_capacity(previous: float | None, demand: Demand) -> float | None:
+    """Tokens/s one fully used replica serves, learned when no profile is given.
+
+    Only samples with real load teach anything: at low load the engine gauges say little."""
+    if not demand.token_rate or demand.ready == 0 or demand.engine_units < 0.3 * demand.ready:
+        return previous
+    observed = demand.token_rate / demand.engine_units
+    if previous is None:
+        return observed
+    return 0.8 * previous + 0.2 * observed
+
+
+# ---------------------------------------------------------------------------------------------
+# Reactive: stable and panic windows
+
+
+@dataclass(frozen=True)
+class ReactiveNeed:
+    stable: int
+    panic: int
+    panic_mode: bool
+
+
+def record(samples: tuple, t: float, value, keep_s: float) -> tuple:
+    kept = tuple(s for s in samples if s[0] > t - keep_s and s[0] < t)
+    return (*kept, (t, value))
+
+
+def window_mean(samples: Sequence[tuple[float, float]], now: float, window_s: float) -> float:
+    values = [v for t, v in samples if t > now - window_s]
+    return sum(values) / len(values) if values else 0.0
+
+
+def replicas_for(units: float, target_utilization: float) -> int:
+    return max(0, math.ceil(units / target_utilization - EPS))
+
+
+def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: Demand,
+                  config: AutoscalerConfig) -> ReactiveNeed:
+    stable = replicas_for(window_mean(samples, now, config.stable_window_s), config.target_utilization)
+    panic = replicas_for(window_mean(samples, now, config.panic_window_s), config.target_utilization)
+    ready = max(1, demand.ready)
+    queued_too_long = demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * ready
+    panic_mode = panic > demand.ready and (panic >= config.panic_threshold * ready or queued_too_long)
+    return ReactiveNeed(stable, panic, panic_mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# Predictive
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    lo = math.floor(position)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (position - lo)
+
+
+def prewarm_horizon(obs: PoolObservation, config: AutoscalerConfig) -> float:
+    ready_time = quantile(obs.model_ready_seconds, config.prewarm_quantile)
+    return (ready_time if ready_time is not None else config.default_model_ready_s) + config.decision_interval_s
+
+
+def predictive_need(obs: PoolObservation, capacity_tok_s: float | None, horizon_s: float,
+                    config: AutoscalerConfig) -> tuple[int, Forecast | None]:
+    if not capacity_tok_s or not obs.token_rate_history:
+        return 0, None
+    forecast = forecast_peak(
+        obs.token_rate_history, obs.now, horizon_s, season_s=config.season_s,
+        level_window_s=config.forecast_level_window_s, trend_window_s=config.forecast_trend_window_s,
+    )
+    return replicas_for(forecast.peak / capacity_tok_s, config.target_utilization), forecast
+
+
+# ---------------------------------------------------------------------------------------------
+# Target: SLO feedback, hysteresis, floors and ceilings
+
+
+def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now: float,
+                    step_interval_s: float) -> int:
+    """One more replica while p95 TTFT breaches the SLO, no faster than a replica comes up."""
+    if demand.ttft_p95_s is None or demand.ttft_p95_s <= spec.ttft_slo_s or demand.ready == 0:
+        return 0
+    if state.last_scale_up_at is not None and now - state.last_scale_up_at < step_interval_s:
+        return 0
+    return demand.ready + 1
+
+
+def apply_hysteresis(desired: int, active: int, desired_samples: Sequence[tuple[float, int]], now: float,
+                     state: AutoscalerState, in_panic: bool, config: AutoscalerConfig) -> tuple[int, str]:
+    if desired > active:
+        step = max(desired - active, math.ceil(config.scale_up_min_fraction * active))
+        return active + step, f"scale up: need {desired} > {active} active"
+    if in_panic:
+        return active, "panic: no scale-down"
+    held = max([v for t, v in desired_samples if t > now - config.scale_down_hold_s] + [desired])
+    if held >= active:
+        return active, f"hold: peak need over {config.scale_down_hold_s:.0f}s is {held}"
+    if state.last_scale_up_at is not None and now - state.last_scale_up_at < config.scale_down_cooldown_s:
+        return active, "hold: cooling down after scale-up"
+    if active - held < max(1, math.ceil(config.scale_down_min_fraction * active)):
+        return active, f"hold: surplus {active - held} below the minimum scale-down step"
+    return held, f"scale down: peak need over {config.scale_down_hold_s:.0f}s is {held} < {active} active"
+
+
+def is_idle(spec: PoolSpec, obs: PoolObservation) -> bool:
+    if obs.activation_requested:
+        return False
+    if any(r.num_running_reqs or r.num_queue_reqs for r in obs.replicas):
+        return False
+    return obs.last_request_at is None or obs.now - obs.last_request_at >= spec.idle_timeout_s
+
+
+def kind_floor(spec: PoolSpec, obs: PoolObservation) -> tuple[int, str | None]:
+    """Fewest replicas the pool kind allows now; scale-to-zero may go to 0 once idle."""
+    if spec.kind == "warm":
+        return spec.min_replicas, None
+    if is_idle(spec, obs):
+        return 0, f"idle for {spec.idle_timeout_s:.0f}s: scale to zero"
+    if obs.activation_requested:
+        return max(1, spec.min_replicas), "activation request from the edge"
+    return max(1, spec.min_replicas), None
+
+
+def quota_ceiling(spec: PoolSpec, active: Sequence[ReplicaSignal]) -> int | None:
+    """Most active replicas the tenant's GPU quota allows (None: no quota)."""
+    if spec.tenant_gpu_quota is None:
+        return None
+    free_gpus = spec.tenant_gpu_quota - spec.tenant_gpus_in_use
+    if free_gpus >= 0:
+        return len(active) + free_gpus // spec.gpus_per_replica
+    # Over quota already (quota lowered): shed the excess.
+    return max(0, len(active) - math.ceil(-free_gpus / spec.gpus_per_replica))
+
+
+def clamp_target(target: int, floor: int, spec: PoolSpec, active: Sequence[ReplicaSignal]) -> tuple[int, list[str]]:
+    reasons = []
+    if target < floor:
+        target, reasons = floor, [f"floor {floor}"]
+    if target > spec.max_replicas:
+        target, reasons = spec.max_replicas, [*reasons, f"ceiling max_replicas={spec.max_replicas}"]
+    quota = quota_ceiling(spec, active)
+    if quota is not None and target > quota:
+        target = quota
+        reasons.append(f"tenant GPU quota {spec.tenant_gpu_quota} allows {quota} replicas")
+    return target, reasons
+
+
+# ---------------------------------------------------------------------------------------------
+# Spot / on-demand mix
+
+
+@dataclass(frozen=True)
+class CapacityMix:
+    spot: int
+    on_demand: int
+    reason: str | None = None
+
+
+def spot_available(obs: PoolObservation) -> bool:
+    return obs.spot_unavailable_until is None or obs.spot_unavailable_until <= obs.now
+
+
+def split_by_capacity_type(spec: PoolSpec, obs: PoolObservation, target: int) -> CapacityMix:
+    """How many of ``target`` should be spot and how many on-demand.
+
+    With fallback, a spot outage is covered by on-demand for the spot replicas that are not
+    ready (SkyServe's dynamic fallback); when spot returns, new spot replicas are launched and
+    the stand-ins are drained only once enough replicas are ready (see ``choose_drains``)."""
+    if spec.spot_policy == "on_demand":
+        return CapacityMix(0, target)
+    if spec.spot_policy == "spot":
+        return CapacityMix(target, 0)
+    base = min(spec.spot_base_on_demand, target)
+    wanted_spot = target - base
+    if spot_available(obs):
+        return CapacityMix(wanted_spot, base)
+    ready_spot = sum(1 for r in obs.replicas if r.spot and r.state == "ready")
+    keep_spot = min(wanted_spot, ready_spot)
+    return CapacityMix(keep_spot, target - keep_spot, "spot unavailable: on-demand fallback")
+
+
+# ---------------------------------------------------------------------------------------------
+# Drains and placements
+
+
+def drain_order(replica: ReplicaSignal) -> tuple:
+    # Starting replicas first (nothing to finish, newest first), then the least loaded.
+    if replica.state == "starting":
+        return (0, -replica.started_at, 0.0)
+    return (1, 0.0, replica_utilization(replica))
+
+
+def choose_drains(active: Sequence[ReplicaSignal], mix: CapacityMix, target: int, panic_need: int,
+                  spot_ok: bool) -> list[str]:
+    """Drain the surplus of each capacity type, never leaving fewer ready replicas than the
+    target or the panic-window need; starting spot replicas are dropped while spot is out."""
+    ready_left = sum(1 for r in active if r.state == "ready")
+    floor_ready = max(target, panic_need)
+    chosen: list[str] = []
+    for is_spot, wanted in ((True, mix.spot), (False, mix.on_demand)):
+        pool = sorted((r for r in active if r.spot == is_spot), key=drain_order)
+        surplus = len(pool) - wanted
+        for replica in pool:
+            if surplus <= 0:
+                break
+            if replica.state == "ready":
+                if ready_left - 1 < floor_ready:
+                    continue
+                ready_left -= 1
+            chosen.append(replica.replica_id)
+            surplus -= 1
+    if not spot_ok:
+        # A spot launch that cannot be fulfilled only blocks the slot; its stand-in is on-demand.
+        chosen += [r.replica_id for r in active if r.spot and r.state == "starting" and r.replica_id not in chosen]
+    return chosen
+
+
+def place(count: int, spot: bool, nodes: Sequence[NodeSignal], gpus: int) -> list[str | None]:
+    """Best fit on existing nodes of the right capacity type; None means a new node."""
+    free = {n.node_id: n.gpus_free for n in nodes if n.spot == spot}
+    placements: list[str | None] = []
+    for _ in range(count):
+        fitting = [node for node, g in free.items() if g >= gpus]
+        if not fitting:
+            placements.append(None)
+            continue
+        best = min(fitting, key=lambda node: (free[node], node))
+        free[best] -= gpus
+        placements.append(best)
+    return placements
+
+
+def plan_additions(active: Sequence[ReplicaSignal], mix: CapacityMix, nodes: Sequence[NodeSignal], gpus: int,
+                   reason: str, spot_ok: bool) -> list[AddReplica]:
+    adds: list[AddReplica] = []
+    for is_spot, wanted in ((True, mix.spot), (False, mix.on_demand)):
+        have = sum(1 for r in active if r.spot == is_spot and (spot_ok or not is_spot or r.state == "ready"))
+        missing = wanted - have
+        if missing <= 0 or (is_spot and not spot_ok):
+            continue
+        adds += [AddReplica(is_spot, reason, node) for node in place(missing, is_spot, nodes, gpus)]
+    return adds
+
+
+# ---------------------------------------------------------------------------------------------
+# Consolidation
+
+
+def consolidation_moves(replicas: Sequence[ReplicaSignal], nodes: Sequence[NodeSignal]) -> list[Move]:
+    """Free the emptiest node that holds only this pool's replicas by moving them onto other
+    nodes of the same capacity type that have room (best fit). One node per tick; each move
+    is a start-then-drain, so capacity never dips."""
+    ours: dict[str, list[ReplicaSignal]] = {}
+    for r in replicas:
+        ours.setdefault(r.node_id, []).append(r)
+    by_id = {n.node_id: n for n in nodes}
+    candidates = [
+        n for n in nodes
+        if n.node_id in ours and n.gpus_used < n.gpus_total
+        and n.gpus_used == sum(r.gpus for r in ours[n.node_id])
+    ]
+    for source in sorted(candidates, key=lambda n: (n.gpus_used, n.node_id)):
+        free = {n.node_id: n.gpus_free for n in nodes if n.node_id != source.node_id and n.spot == source.spot}
+        moves: list[Move] = []
+        for replica in sorted(ours[source.node_id], key=lambda r: -r.gpus):
+            fitting = [node for node, g in free.items() if g >= replica.gpus]
+            if not fitting:
+                break
+            # Fullest node that fits, so the packing stays tight.
+            best = min(fitting, key=lambda node: (free[node], node))
+            free[best] -= replica.gpus
+            moves.append(Move(replica.replica_id, source.node_id, best))
+        else:
+            # Only worth it if the destination ends up fuller than the source was.
+            if moves and all(by_id[m.to_node].gpus_used >= source.gpus_used for m in moves):
+                return moves
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# The policy
+
+
+def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
+           config: AutoscalerConfig | None = None) -> tuple[Decision, AutoscalerState]:
+    config = config or AutoscalerConfig()
+    now = obs.now
+    active = [r for r in obs.replicas if r.active]
+    ready = [r for r in active if r.state == "ready"]
+
+    demand0 = measure_demand(obs, None, config)
+    learned = state.tokens_per_replica_s if spec.replica_tokens_per_s else learn_capacity(
+        state.tokens_per_replica_s, demand0)
+    capacity = spec.replica_tokens_per_s or learned
+    demand = measure_demand(obs, capacity, config)
+
+    keep_s = max(config.stable_window_s, config.panic_window_s)
+    demand_samples = record(state.demand_samples, now, demand.units, keep_s)
+    reactive = reactive_need(demand_samples, now, demand, config)
+    horizon = prewarm_horizon(obs, config)
+    predicted, forecast = predictive_need(obs, capacity, horizon, config)
+    breach_interval = config.slo_breach_step_interval_s or horizon
+    breach = slo_breach_need(demand, spec, state, now, breach_interval)
+
+    panic_until = state.panic_until
+    if reactive.panic_mode:
+        panic_until = now + config.panic_hold_s
+    in_panic = panic_until is not None and now < panic_until
+
+    desired = max(reactive.stable, predicted, breach, reactive.panic if in_panic else 0)
+    reasons = []
+    if reactive.panic_mode:
+        reasons.append(f"panic: {reactive.panic} replicas needed over {config.panic_window_s:.0f}s "
+                       f"with {demand.ready} ready and {demand.queue_total} queued")
+    if predicted > reactive.stable:
+        reasons.append(f"pre-warm: forecast peak {forecast.peak:.0f} tok/s within {horizon:.0f}s "
+                       f"needs {predicted}")
+    if breach:
+        reasons.append(f"TTFT p95 {demand.ttft_p95_s:.2f}s > SLO {spec.ttft_slo_s:.2f}s")
+
+    floor, floor_reason = kind_floor(spec, obs)
+    desired_samples = record(state.desired_samples, now, max(desired, floor), config.scale_down_hold_s)
+    if floor == 0 and floor_reason is not None:
+        target, why = 0, floor_reason
+    else:
+        target, why = apply_hysteresis(desired, len(active), desired_samples, now, state, in_panic, config)
+        if floor_reason:
+            reasons.append(floor_reason)
+    reasons.append(why)
+    target, clamp_reasons = clamp_target(target, floor, spec, active)
+    reasons += clamp_reasons
+
+    mix = split_by_capacity_type(spec, obs, target)
+    if mix.reason:
+        reasons.append(mix.reason)
+    spot_ok = spot_available(obs)
+    add = plan_additions(active, mix, obs.nodes, spec.gpus_per_replica, why, spot_ok)
+    scaling_to_zero = floor == 0 and floor_reason is not None
+    drain = choose_drains(active, mix, target, 0 if scaling_to_zero else reactive.panic, spot_ok)
+    if spec.tenant_gpu_quota is not None:
+        # Draining replicas still hold their GPUs, so new ones must fit in what is free now.
+        add = add[: max(0, (spec.tenant_gpu_quota - spec.tenant_gpus_in_use) // spec.gpus_per_replica)]
+
+    moves: list[Move] = []
+    if not add and not drain and not in_panic and len(ready) == len(active):
+        moves = consolidation_moves(ready, obs.nodes)
+        if moves:
+            reasons.append(f"consolidate: free node {moves[0].from_node}")
+
+    new_state = state.evolve(
+        demand_samples=demand_samples,
+        desired_samples=desired_samples,
+        panic_until=panic_until,
+        last_scale_up_at=now if add else state.last_scale_up_at,
+        last_scale_down_at=now if drain else state.last_scale_down_at,
+        tokens_per_replica_s=learned,
+    )
+    signals = {
+        "active": len(active),
+        "ready": len(ready),
+        "engine_units": round(demand.engine_units, 3),
+        "rate_units": None if demand.rate_units is None else round(demand.rate_units, 3),
+        "queue_total": demand.queue_total,
+        "token_rate": demand.token_rate,
+        "ttft_p95_s": demand.ttft_p95_s,
+        "stable_need": reactive.stable,
+        "panic_need": reactive.panic,
+        "panic": in_panic,
+        "predicted_need": predicted,
+        "forecast_peak_tok_s": None if forecast is None else round(forecast.peak, 1),
+        "prewarm_horizon_s": round(horizon, 1),
+        "capacity_tok_s": capacity,
+        "spot_target": mix.spot,
+        "on_demand_target": mix.on_demand,
+    }
+    decision = Decision(target, tuple(add), tuple(drain), tuple(moves), tuple(reasons), signals)
+    return decision, new_state

@@ -1,0 +1,123 @@
+"""What the autoscaler sees (plain frozen dataclasses) and the memory it keeps between ticks.
+
+The executor builds these from the database and the agents' heartbeats; the policy never
+reads anything else. ``AutoscalerState`` is the policy's only memory: the executor stores it
+as JSON next to the pool and hands it back on the next tick, so a restarted worker carries on
+where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
+
+ReplicaState = Literal["starting", "ready", "draining"]
+PoolKind = Literal["warm", "scale_to_zero"]
+SpotPolicy = Literal["on_demand", "spot", "spot_with_fallback"]
+
+
+@dataclass(frozen=True)
+class ReplicaSignal:
+    """One engine process of the pool, with the gauges its agent last reported."""
+
+    replica_id: str
+    node_id: str
+    state: ReplicaState
+    spot: bool
+    num_queue_reqs: int = 0
+    num_running_reqs: int = 0
+    max_running_requests: int = 1
+    kv_usage: float = 0.0  # 0..1, SGLang's token_usage
+    ttft_p95_s: float | None = None
+    started_at: float = 0.0
+    ready_at: float | None = None
+    gpus: int = 1
+
+    @property
+    def active(self) -> bool:
+        """Counts towards the pool's capacity (a draining replica is on its way out)."""
+        return self.state != "draining"
+
+
+@dataclass(frozen=True)
+class NodeSignal:
+    node_id: str
+    gpus_total: int
+    gpus_used: int
+    spot: bool = False
+    zone: str = ""
+
+    @property
+    def gpus_free(self) -> int:
+        return max(0, self.gpus_total - self.gpus_used)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """Desired-state knobs an admin sets on a pool."""
+
+    pool_id: str
+    kind: PoolKind = "warm"
+    min_replicas: int = 1
+    max_replicas: int = 8
+    ttft_slo_s: float = 2.0
+    idle_timeout_s: float = 900.0
+    spot_policy: SpotPolicy = "on_demand"
+    spot_base_on_demand: int = 0
+    gpus_per_replica: int = 1
+    tenant_gpu_quota: int | None = None  # dedicated pools only
+    # GPUs the owning tenant holds across all its pools *including this one* (draining too).
+    tenant_gpus_in_use: int = 0
+    # Profiled token throughput (prompt + output tok/s) one replica sustains inside the SLO,
+    # as Dynamo's planner sizes from profiles. None: the policy learns it from observations.
+    replica_tokens_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    now: float
+    replicas: tuple[ReplicaSignal, ...] = ()
+    nodes: tuple[NodeSignal, ...] = ()
+    request_rate_history: tuple[tuple[float, float], ...] = ()  # (t, req/s), oldest first
+    token_rate_history: tuple[tuple[float, float], ...] = ()  # (t, tok/s), oldest first
+    model_ready_seconds: tuple[float, ...] = ()  # measured cold starts of this pool's model
+    last_request_at: float | None = None
+    activation_requested: bool = False  # the edge holds a request for a pool at zero
+    spot_unavailable_until: float | None = None  # set by the executor after a capacity error
+    prices: dict[str, float] = field(default_factory=dict)  # "spot"/"on_demand" -> $/replica-hour
+
+
+@dataclass(frozen=True)
+class AutoscalerState:
+    """The policy's memory between ticks; the executor persists it verbatim as JSON."""
+
+    # (t, demand in replica units) per tick, trimmed to the longest window the policy reads.
+    demand_samples: tuple[tuple[float, float], ...] = ()
+    # (t, replicas the reactive+predictive signals asked for) per tick, for the scale-down hold.
+    desired_samples: tuple[tuple[float, int], ...] = ()
+    panic_until: float | None = None
+    last_scale_up_at: float | None = None
+    last_scale_down_at: float | None = None
+    # Learned tok/s one replica serves at the target utilization (EWMA), when not profiled.
+    tokens_per_replica_s: float | None = None
+    spot_restored_at: float | None = None  # when spot came back after an outage
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | None) -> AutoscalerState:
+        if not text:
+            return cls()
+        raw = json.loads(text)
+        known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
+        for key in ("demand_samples", "desired_samples"):
+            if key in known:
+                known[key] = tuple((float(t), v) for t, v in known[key])
+        if "desired_samples" in known:
+            known["desired_samples"] = tuple((t, int(v)) for t, v in known["desired_samples"])
+        return cls(**known)
+
+    def evolve(self, **changes) -> AutoscalerState:
+        return replace(self, **changes)

@@ -1,0 +1,51 @@
+"""ORM models. Importing this package registers every table on ``Base.metadata``."""
+
+from controlplane.db.base import Base
+from controlplane.models.audit import AuditEvent
+from controlplane.models.catalog import Cloud, InstanceType, Model, ModelVariant, Region, Zone
+from controlplane.models.enums import (
+    BlockScope,
+    NodeState,
+    OperationKind,
+    OperationState,
+    PoolKind,
+    Priority,
+    ReplicaState,
+    SpotPolicy,
+    TenantStatus,
+)
+from controlplane.models.fleet import Node, Pool, Replica
+from controlplane.models.operations import AutoscalerDecision, CapacityBlock, Operation
+from controlplane.models.tenancy import ApiKey, Quota, Tenant
+from controlplane.models.usage import UsageEventSeen, UsageMinute
+
+__all__ = [
+    "ApiKey",
+    "AuditEvent",
+    "AutoscalerDecision",
+    "Base",
+    "BlockScope",
+    "CapacityBlock",
+    "Cloud",
+    "InstanceType",
+    "Model",
+    "ModelVariant",
+    "Node",
+    "NodeState",
+    "Operation",
+    "OperationKind",
+    "OperationState",
+    "Pool",
+    "PoolKind",
+    "Priority",
+    "Quota",
+    "Region",
+    "Replica",
+    "ReplicaState",
+    "SpotPolicy",
+    "Tenant",
+    "TenantStatus",
+    "UsageEventSeen",
+    "UsageMinute",
+    "Zone",
+]

@@ -1,0 +1,27 @@
+"""Audit log: every mutation, who made it, and the state before and after."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from sqlalchemy import Index, String, Uuid
+from sqlalchemy.orm import Mapped, mapped_column
+
+from controlplane.db.base import Base, UUIDPrimaryKey
+from controlplane.db.types import JSONType, UTCDateTime, utcnow
+
+
+class AuditEvent(UUIDPrimaryKey, Base):
+    __tablename__ = "audit_events"
+
+    at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    actor: Mapped[str] = mapped_column(String(200))  # "admin", "tenant:<id> key:<prefix>", "system"
+    action: Mapped[str] = mapped_column(String(100))  # "tenant.create", "key.revoke", …
+    target_type: Mapped[str] = mapped_column(String(50))
+    target_id: Mapped[str | None] = mapped_column(String(100))
+    tenant_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, index=True)
+    before: Mapped[dict | None] = mapped_column(JSONType)
+    after: Mapped[dict | None] = mapped_column(JSONType)
+
+    __table_args__ = (Index("ix_audit_events_at", "at"), Index("ix_audit_events_target", "target_type", "target_id"))

@@ -1,0 +1,122 @@
+"""Desired state (pools) and observed state (nodes, replicas) of the GPU fleet."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+from sqlalchemy import Boolean, CheckConstraint, Float, ForeignKey, Index, Integer, String, Uuid
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from controlplane.db.base import Base, Timestamps, UUIDPrimaryKey
+from controlplane.db.types import JSONType, UTCDateTime
+from controlplane.models.catalog import ModelVariant
+from controlplane.models.enums import NodeState, PoolKind, ReplicaState, SpotPolicy, db_enum
+
+
+class Leased:
+    """Lease columns: a worker claims a row with SKIP LOCKED, writes its token, and applies
+    results only while the token still matches (a stale worker's result is dropped)."""
+
+    lock_token: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    lock_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class Pool(UUIDPrimaryKey, Timestamps, Leased, Base):
+    __tablename__ = "pools"
+
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    variant_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("model_variants.id", ondelete="RESTRICT"))
+    dedicated_tenant_id: Mapped[uuid.UUID | None] = mapped_column(
+        Uuid, ForeignKey("tenants.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[PoolKind] = mapped_column(db_enum(PoolKind), default=PoolKind.warm)
+    min_replicas: Mapped[int] = mapped_column(Integer, default=1)
+    max_replicas: Mapped[int] = mapped_column(Integer, default=1)
+    desired_replicas: Mapped[int] = mapped_column(Integer, default=0)
+    ttft_slo_ms: Mapped[int] = mapped_column(Integer, default=1000)
+    # Ordered preferences: [{"cloud": "aws", "region": "us-east-1", "zones": ["us-east-1a"]?}, …]
+    placement: Mapped[list[dict]] = mapped_column(JSONType, default=list)
+    spot_policy: Mapped[SpotPolicy] = mapped_column(db_enum(SpotPolicy), default=SpotPolicy.on_demand)
+    spot_base_on_demand: Mapped[int] = mapped_column(Integer, default=0)
+    idle_timeout_s: Mapped[int] = mapped_column(Integer, default=900)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Why the pool is not at its desired size, e.g. "capacity_unavailable"; NULL when healthy.
+    capacity_status: Mapped[str | None] = mapped_column(String(64))
+    autoscaler_state: Mapped[dict] = mapped_column(JSONType, default=dict)
+    last_request_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    activation_requested_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    last_reconciled_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, index=True)
+
+    variant: Mapped[ModelVariant] = relationship(lazy="joined")
+
+    __table_args__ = (
+        CheckConstraint(
+            "min_replicas >= 0 AND max_replicas >= min_replicas AND max_replicas <= 1000", name="replica_bounds"
+        ),
+        CheckConstraint("ttft_slo_ms > 0 AND idle_timeout_s >= 0 AND spot_base_on_demand >= 0", name="positive"),
+    )
+
+
+class Node(UUIDPrimaryKey, Timestamps, Leased, Base):
+    """A VM with GPUs. Its state changes only through services.nodes.transition()."""
+
+    __tablename__ = "nodes"
+
+    pool_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("pools.id", ondelete="CASCADE"))
+    state: Mapped[NodeState] = mapped_column(db_enum(NodeState), default=NodeState.pending)
+    cloud: Mapped[str | None] = mapped_column(String(16))
+    region: Mapped[str | None] = mapped_column(String(64))
+    zone: Mapped[str | None] = mapped_column(String(64))
+    instance_type: Mapped[str | None] = mapped_column(String(64))
+    spot: Mapped[bool] = mapped_column(Boolean, default=False)
+    gpus_total: Mapped[int] = mapped_column(Integer, default=0)
+    # Idempotency token for the cloud launch call (EC2 ClientToken / GCE requestId).
+    launch_token: Mapped[str] = mapped_column(String(64), unique=True)
+    instance_id: Mapped[str | None] = mapped_column(String(128), index=True)
+    private_ip: Mapped[str | None] = mapped_column(String(64))
+    agent_url: Mapped[str | None] = mapped_column(String(500))
+    bootstrap_token_sha256: Mapped[str | None] = mapped_column(String(64))
+    bootstrap_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    credential_sha256: Mapped[str | None] = mapped_column(String(64), unique=True)
+    last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    metrics: Mapped[dict] = mapped_column(JSONType, default=dict)
+    # {"pending": iso, "provisioning": iso, …}: when the node entered each state.
+    state_times: Mapped[dict] = mapped_column(JSONType, default=dict)
+    error: Mapped[str | None] = mapped_column(String(2000))
+    drain_deadline_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    pool: Mapped[Pool] = relationship()
+    replicas: Mapped[list[Replica]] = relationship(back_populates="node", cascade="all, delete-orphan")
+
+    __table_args__ = (
+        Index("ix_nodes_pool_id_state", "pool_id", "state"),
+        Index("ix_nodes_state_lock_expires_at", "state", "lock_expires_at"),
+    )
+
+
+class Replica(UUIDPrimaryKey, Timestamps, Base):
+    """One engine process serving one variant on some of a node's GPUs."""
+
+    __tablename__ = "replicas"
+
+    node_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("nodes.id", ondelete="CASCADE"))
+    pool_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("pools.id", ondelete="CASCADE"))
+    variant_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("model_variants.id", ondelete="RESTRICT"))
+    state: Mapped[ReplicaState] = mapped_column(db_enum(ReplicaState), default=ReplicaState.starting)
+    url: Mapped[str | None] = mapped_column(String(500))
+    gpu_ids: Mapped[list[int]] = mapped_column(JSONType, default=list)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    max_running_requests: Mapped[int | None] = mapped_column(Integer)
+    max_total_tokens: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    ready_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # Model-ready time and its parts (download, load, warm-up), seconds.
+    model_ready_seconds: Mapped[float | None] = mapped_column(Float)
+    ready_breakdown: Mapped[dict] = mapped_column(JSONType, default=dict)
+    last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    metrics: Mapped[dict] = mapped_column(JSONType, default=dict)
+
+    node: Mapped[Node] = relationship(back_populates="replicas")
+
+    __table_args__ = (Index("ix_replicas_pool_id_state", "pool_id", "state"),)

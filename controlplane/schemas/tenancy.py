@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Annotated, Literal
+
+import msgspec
+
+from controlplane.schemas.common import Name, NonNegInt, Text200
+
+Scope = Literal["inference", "manage"]
+PriorityName = Literal["interactive", "batch"]
+Email = Annotated[str, msgspec.Meta(max_length=320, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")]
+Password = Annotated[str, msgspec.Meta(min_length=10, max_length=200)]
+Weight = Annotated[float, msgspec.Meta(gt=0, le=1000)]
+
+
+class QuotaBody(msgspec.Struct, omit_defaults=False):
+    """NULL (or absent) means unlimited."""
+
+    requests_per_minute: NonNegInt | None = None
+    tokens_per_minute: NonNegInt | None = None
+    max_concurrent_requests: NonNegInt | None = None
+    max_gpus: NonNegInt | None = None
+    monthly_token_budget: NonNegInt | None = None
+
+
+class TenantCreate(msgspec.Struct, forbid_unknown_fields=True):
+    name: Name
+    display_name: Text200 = ""
+    email: Email | None = None
+    password: Password | None = None
+    weight: Weight = 1.0
+    response_cache: bool = False
+    quota: QuotaBody | None = None
+
+
+class TenantUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    display_name: Text200 | None = None
+    email: Email | None = None
+    password: Password | None = None
+    weight: Weight | None = None
+    response_cache: bool | None = None
+
+
+class TenantOut(msgspec.Struct):
+    id: uuid.UUID
+    name: str
+    display_name: str
+    email: str | None
+    status: str
+    weight: float
+    response_cache: bool
+    quota: QuotaBody
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    suspended_at: dt.datetime | None
+
+
+class KeyCreate(msgspec.Struct, forbid_unknown_fields=True):
+    name: Text200 = ""
+    scopes: Annotated[list[Scope], msgspec.Meta(min_length=1, max_length=2)] = msgspec.field(
+        default_factory=lambda: ["inference"]
+    )
+    priority: PriorityName = "interactive"
+    expires_at: dt.datetime | None = None
+
+
+class KeyOut(msgspec.Struct):
+    id: uuid.UUID
+    tenant_id: uuid.UUID
+    name: str
+    prefix: str
+    scopes: list[str]
+    priority: str
+    created_at: dt.datetime
+    expires_at: dt.datetime | None
+    revoked_at: dt.datetime | None
+    last_used_at: dt.datetime | None
+
+
+class KeyCreated(msgspec.Struct):
+    """Returned once, at creation: the only time the secret is ever shown."""
+
+    key: KeyOut
+    secret: str
