@@ -9,6 +9,7 @@ where the last one stopped.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
@@ -79,9 +80,9 @@ class PoolObservation:
     now: float
     replicas: tuple[ReplicaSignal, ...] = ()
     nodes: tuple[NodeSignal, ...] = ()
-    request_rate_history: tuple[tuple[float, float], ...] = ()  # (t, req/s), oldest first
-    token_rate_history: tuple[tuple[float, float], ...] = ()  # (t, tok/s), oldest first
-    model_ready_seconds: tuple[float, ...] = ()  # measured cold starts of this pool's model
+    request_rate_history: Sequence[tuple[float, float]] = ()  # (t, req/s), oldest first
+    token_rate_history: Sequence[tuple[float, float]] = ()  # (t, tok/s), oldest first
+    model_ready_seconds: Sequence[float] = ()  # measured cold starts of this pool's model
     last_request_at: float | None = None
     activation_requested: bool = False  # the edge holds a request for a pool at zero
     spot_unavailable_until: float | None = None  # set by the executor after a capacity error
