@@ -1,0 +1,40 @@
+"""``nimbus-sim`` / ``python -m dataplane.sim``: start one simulated SGLang engine."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import uvicorn
+
+from .config import parse_config
+from .server import SimServer
+
+
+def main(argv: list[str] | None = None) -> int:
+    config, ready_delay = parse_config(sys.argv[1:] if argv is None else argv)
+    level = getattr(logging, config.log_level.upper(), logging.INFO)
+    logging.basicConfig(level=level, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("nimbus.sim").info(
+        "simulating %s (%s) on %dx%s, %s, KV capacity %d tokens, max running %d, ready in %.1fs, time scale %g",
+        config.served_model_name, config.model.name, config.tp_size, config.gpu.name,
+        config.quantization or "bf16", config.max_total_tokens, config.max_running_requests, ready_delay,
+        config.time_scale,
+    )
+    app = SimServer(config, ready_delay)
+    uvicorn.run(
+        app,
+        host=config.host,
+        port=config.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=3,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

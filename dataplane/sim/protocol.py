@@ -1,0 +1,221 @@
+"""Request parsing and response shapes, as SGLang's HTTP server and OpenAI adapters emit them.
+
+Pure functions over dicts: the server module does the I/O.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+from . import tokenizer
+from .engine import SimRequest
+
+
+class BadRequest(ValueError):
+    pass
+
+
+@dataclass
+class GenerationSpec:
+    """What the engine needs for one request, whichever API it came through."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int | None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: frozenset[int] = frozenset()
+    ignore_eos: bool = False
+    seed: int | None = None
+
+
+def _stop_list(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,) if value else ()
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(v for v in value if v)
+    raise BadRequest("stop must be a string or a list of strings")
+
+
+def _int_or_none(value, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{name} must be an integer")
+    return value
+
+
+# -- native /generate -------------------------------------------------------------------------
+def parse_generate(body: dict) -> list[GenerationSpec]:
+    """``text`` or ``input_ids`` (single or batch) with SGLang ``sampling_params``."""
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise BadRequest("sampling_params must be an object")
+    text, input_ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (input_ids is None):
+        raise BadRequest("Either text or input_ids should be provided.")
+    if text is not None:
+        texts = text if isinstance(text, list) else [text]
+        if not all(isinstance(t, str) for t in texts):
+            raise BadRequest("text must be a string or a list of strings")
+        prompts = [tokenizer.encode(t) for t in texts]
+    else:
+        batch = input_ids and isinstance(input_ids[0], list)
+        prompts = input_ids if batch else [input_ids]
+        if not all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in prompts):
+            raise BadRequest("input_ids must be a list of integers or a list of such lists")
+    max_new = _int_or_none(params.get("max_new_tokens", 128), "max_new_tokens")
+    stop = _stop_list(params.get("stop"))
+    stop_ids = frozenset(params.get("stop_token_ids") or ())
+    ignore_eos = bool(params.get("ignore_eos", False))
+    seed = _int_or_none(params.get("sampling_seed"), "sampling_seed")
+    return [GenerationSpec(p, max_new, stop, stop_ids, ignore_eos, seed) for p in prompts]
+
+
+def is_batch(body: dict) -> bool:
+    text, ids = body.get("text"), body.get("input_ids")
+    return isinstance(text, list) or bool(ids and isinstance(ids[0], list))
+
+
+def generate_payload(req: SimRequest, output_ids: list[int] | None = None, text: str | None = None) -> dict:
+    """One /generate result (or one streamed event: cumulative text, finish_reason null until last)."""
+    now_done = req.finished_at if req.finish_reason else None
+    return {
+        "text": req.text() if text is None else text,
+        "output_ids": list(req.output_ids) if output_ids is None else output_ids,
+        "meta_info": {
+            "id": req.rid,
+            "finish_reason": req.finish_reason,
+            "prompt_tokens": len(req.prompt_ids),
+            "weight_version": "default",
+            "completion_tokens": len(req.output_ids),
+            "cached_tokens": req.cached_tokens,
+            "e2e_latency": (now_done - req.arrival) if now_done is not None else None,
+        },
+    }
+
+
+# -- OpenAI ------------------------------------------------------------------------------------
+def parse_openai(body: dict, chat: bool) -> tuple[GenerationSpec, dict]:
+    """Returns the spec and the echo fields (model, stream flags) a response needs."""
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("messages must be a non-empty list")
+        prompt_ids = tokenizer.encode(tokenizer.apply_chat_template(messages))
+        max_new = _int_or_none(body.get("max_completion_tokens", body.get("max_tokens")), "max_tokens")
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            prompt_ids = tokenizer.encode(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            prompt_ids = list(prompt)
+        else:
+            raise BadRequest("prompt must be a string or a list of token ids")
+        max_new = _int_or_none(body.get("max_tokens", 16), "max_tokens")
+    if body.get("n", 1) not in (1, None):
+        raise BadRequest("n > 1 is not supported by the simulator")
+    stream_options = body.get("stream_options") or {}
+    echo = {
+        "model": body.get("model") or "default",
+        "stream": bool(body.get("stream", False)),
+        "include_usage": bool(stream_options.get("include_usage", False)),
+    }
+    spec = GenerationSpec(
+        prompt_ids=prompt_ids,
+        max_new_tokens=max_new,
+        stop=_stop_list(body.get("stop")),
+        stop_token_ids=frozenset(body.get("stop_token_ids") or ()),
+        ignore_eos=bool(body.get("ignore_eos", False)),
+        seed=_int_or_none(body.get("seed"), "seed"),
+    )
+    return spec, echo
+
+
+def openai_id(chat: bool) -> str:
+    return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+
+
+def usage(req: SimRequest) -> dict:
+    prompt, completion = len(req.prompt_ids), len(req.output_ids)
+    return {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
+    }
+
+
+def openai_finish(req: SimRequest) -> tuple[str | None, object]:
+    reason = req.finish_reason
+    if reason is None:
+        return None, None
+    return reason["type"], reason.get("matched")
+
+
+def openai_response(req: SimRequest, cid: str, model: str, chat: bool, created: int) -> dict:
+    finish, matched = openai_finish(req)
+    text = req.text()
+    if chat:
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None},
+            "logprobs": None,
+            "finish_reason": finish,
+            "matched_stop": matched,
+        }
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+    return {
+        "id": cid,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+        "usage": usage(req),
+    }
+
+
+def openai_chunk(cid: str, model: str, chat: bool, created: int, delta: str | None, req: SimRequest,
+                 first: bool = False, final: bool = False) -> dict:
+    finish, matched = openai_finish(req) if final else (None, None)
+    if chat:
+        content: dict = {}
+        if first:
+            content["role"] = "assistant"
+        if delta is not None:
+            content["content"] = delta
+        choice = {"index": 0, "delta": content, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+    else:
+        choice = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+    return {
+        "id": cid,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+    }
+
+
+def openai_usage_chunk(cid: str, model: str, chat: bool, created: int, req: SimRequest) -> dict:
+    return {
+        "id": cid,
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage(req),
+    }
+
+
+def openai_error(message: str, status: int, err_type: str = "BadRequestError") -> dict:
+    """SGLang's OpenAI adapters answer errors with this flat ErrorResponse body."""
+    return {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
+
+
+def now_seconds() -> int:
+    return int(time.time())
