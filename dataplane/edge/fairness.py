@@ -1,0 +1,100 @@
+"""Fair admission queue: Virtual Token Counter (VTC, Sheng et al., OSDI '24) with weights and two
+priority classes. Pure data structure; ``admission.py`` wraps it with futures and timeouts.
+
+* Every tenant has a counter of service received, in weighted tokens: prompt tokens × w_p when a
+  request is admitted, generated tokens × w_q when it finishes, both divided by the tenant's weight.
+* When a tenant's queue turns non-empty, its counter is lifted to the smallest counter among
+  backlogged tenants, so idling does not bank credit to flood with later.
+* Interactive requests are always served before batch ones; within a class the backlogged tenant
+  with the smallest counter goes next (FIFO within a tenant).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dataplane.edge.catalog import BATCH, INTERACTIVE
+
+PRIORITY_RANK = {INTERACTIVE: 0, BATCH: 1}
+_seq = itertools.count()
+
+
+@dataclass(eq=False, slots=True)
+class Waiter:
+    tenant_id: str
+    weight: float
+    priority: str
+    prompt_tokens: int
+    enqueued_at: float
+    # Returns something truthy when the request could be dispatched (and dispatches it).
+    try_dispatch: Callable[[float], Any] | None = None
+    payload: Any = None
+    seq: int = field(default_factory=lambda: next(_seq))
+
+
+class FairQueue:
+    def __init__(self, max_size: int = 2048, w_prompt: float = 1.0, w_output: float = 2.0) -> None:
+        self.max_size = max_size
+        self.w_prompt = w_prompt
+        self.w_output = w_output
+        self.counters: dict[str, float] = {}
+        self._queues: dict[tuple[int, str], deque[Waiter]] = {}
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def backlogged(self) -> set[str]:
+        return {tenant for (_, tenant), q in self._queues.items() if q}
+
+    def push(self, waiter: Waiter) -> bool:
+        if self._size >= self.max_size:
+            return False
+        tenant = waiter.tenant_id
+        backlogged = self.backlogged()
+        if tenant not in backlogged and backlogged:
+            floor = min(self.counters.get(t, 0.0) for t in backlogged)
+            self.counters[tenant] = max(self.counters.get(tenant, 0.0), floor)
+        self.counters.setdefault(tenant, 0.0)
+        key = (PRIORITY_RANK.get(waiter.priority, 0), tenant)
+        self._queues.setdefault(key, deque()).append(waiter)
+        self._size += 1
+        return True
+
+    def remove(self, waiter: Waiter) -> bool:
+        key = (PRIORITY_RANK.get(waiter.priority, 0), waiter.tenant_id)
+        q = self._queues.get(key)
+        if not q:
+            return False
+        try:
+            q.remove(waiter)
+        except ValueError:
+            return False
+        self._size -= 1
+        if not q:
+            del self._queues[key]
+        return True
+
+    def heads(self) -> Iterator[Waiter]:
+        """Head waiter of each (class, tenant) queue, in serving order."""
+        keys = sorted(self._queues, key=lambda k: (k[0], self.counters.get(k[1], 0.0), self._queues[k][0].seq))
+        for key in keys:
+            q = self._queues.get(key)
+            if q:
+                yield q[0]
+
+    def pop_next(self) -> Waiter | None:
+        for head in self.heads():
+            self.remove(head)
+            return head
+        return None
+
+    def charge_admit(self, tenant_id: str, weight: float, prompt_tokens: int) -> None:
+        self.counters[tenant_id] = self.counters.get(tenant_id, 0.0) + self.w_prompt * prompt_tokens / weight
+
+    def charge_output(self, tenant_id: str, weight: float, output_tokens: int) -> None:
+        self.counters[tenant_id] = self.counters.get(tenant_id, 0.0) + self.w_output * output_tokens / weight

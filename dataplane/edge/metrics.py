@@ -1,0 +1,57 @@
+"""Prometheus metrics of the edge (one registry per app, so several edges can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8, 13, 21, 34, 60)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.2, 0.5, 1, 2)
+
+
+class EdgeMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("nimbus_edge_requests", "Finished requests", ["model", "priority", "status", "code"],
+                                registry=r)
+        self.ttft = Histogram("nimbus_edge_ttft_seconds", "Time to first token as the client sees it",
+                              ["model", "replica", "priority"], buckets=LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("nimbus_edge_inter_token_seconds", "Gap between streamed chunks",
+                             ["model", "replica", "priority"], buckets=ITL_BUCKETS, registry=r)
+        self.queue_time = Histogram("nimbus_edge_queue_seconds", "Time waiting in the edge's fair queue",
+                                    ["model", "priority"], buckets=LATENCY_BUCKETS, registry=r)
+        self.duration = Histogram("nimbus_edge_request_seconds", "Whole request duration",
+                                  ["model", "priority"], buckets=LATENCY_BUCKETS, registry=r)
+        self.errors = Counter("nimbus_edge_errors", "Errors by kind", ["model", "replica", "kind"], registry=r)
+        self.retries = Counter("nimbus_edge_retries", "Retries on another replica before the first byte",
+                               ["model", "reason"], registry=r)
+        self.retry_denied = Counter("nimbus_edge_retry_budget_exhausted", "Retries refused by the retry budget",
+                                    ["model"], registry=r)
+        self.routed = Counter("nimbus_edge_routing_decisions", "Routing decisions",
+                              ["model", "replica", "policy"], registry=r)
+        self.prompt_tokens = Counter("nimbus_edge_prompt_tokens", "Prompt tokens reported by engines",
+                                     ["model", "replica"], registry=r)
+        self.est_prefix_hit_tokens = Counter(
+            "nimbus_edge_estimated_prefix_hit_tokens", "Prompt tokens the router predicted to be cached",
+            ["model", "replica"], registry=r)
+        self.cached_tokens = Counter("nimbus_edge_cached_tokens", "Cached prompt tokens reported by engines",
+                                     ["model", "replica"], registry=r)
+        self.completion_tokens = Counter("nimbus_edge_completion_tokens", "Generated tokens",
+                                         ["model", "replica"], registry=r)
+        self.inflight = Gauge("nimbus_edge_inflight", "Requests in flight per replica", ["replica"], registry=r)
+        self.queue_depth = Gauge("nimbus_edge_queue_depth", "Requests waiting in the fair queue", registry=r)
+        self.rate_limited = Counter("nimbus_edge_rate_limited", "429s by limit", ["reason"], registry=r)
+        self.limits_fallback = Counter("nimbus_edge_limits_local_decisions",
+                                       "Limit decisions taken without Redis", registry=r)
+        self.replica_healthy = Gauge("nimbus_edge_replica_healthy", "1 when the replica passes health checks",
+                                     ["replica", "region"], registry=r)
+        self.breaker_open = Gauge("nimbus_edge_breaker_open", "1 while the replica's breaker is open",
+                                  ["replica"], registry=r)
+        self.snapshot_age = Gauge("nimbus_edge_snapshot_age_seconds", "Seconds since the last good snapshot",
+                                  registry=r)
+        self.activations = Counter("nimbus_edge_activations", "Scale-from-zero activations requested",
+                                   ["model"], registry=r)
+        self.cache_hits = Counter("nimbus_edge_response_cache_hits", "Exact-match response cache hits",
+                                  ["model"], registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,150 @@
+"""Routing policies behind one interface: pick a replica among candidates that have room.
+
+Policies are pure over their inputs (candidates with live load, the prefix index); the router
+(``router.py``) does the filtering (health, breakers, the capacity guard) and the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Protocol
+
+from dataplane.edge.catalog import Replica
+from dataplane.edge.prefix import PrefixIndex
+
+
+@dataclass(slots=True)
+class ReplicaLoad:
+    """What this edge has in flight on one replica."""
+
+    inflight: int = 0
+    inflight_tokens: int = 0
+    pending_prefill_tokens: int = 0  # uncached prompt tokens of requests that have not started streaming
+
+
+@dataclass(slots=True)
+class Candidate:
+    replica: Replica
+    load: ReplicaLoad
+    rtt_ms: float
+    capacity: int  # most concurrent requests the edge sends to this replica
+
+    @property
+    def running(self) -> int:
+        """Best estimate of requests on the replica: ours (exact) or what it reported (covers other edges)."""
+        return max(self.load.inflight, self.replica.num_running_reqs + self.replica.num_queue_reqs)
+
+    @property
+    def has_room(self) -> bool:
+        return self.running < self.capacity
+
+    @property
+    def utilisation(self) -> float:
+        return self.running / max(1, self.capacity)
+
+
+@dataclass(slots=True)
+class RouteRequest:
+    hashes: list[int]
+    prompt_tokens: int
+    tenant_id: str = ""
+
+
+@dataclass(slots=True)
+class Decision:
+    replica: Replica
+    policy: str
+    predicted_ttft_ms: float = 0.0
+    predicted_cached_tokens: int = 0
+
+
+class RoutingPolicy(Protocol):
+    name: str
+
+    def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
+        """``candidates`` all have room and are non-empty; return the pick."""
+        ...
+
+
+class RoundRobin:
+    name = "round_robin"
+
+    def __init__(self) -> None:
+        self._counter = itertools.count()
+
+    def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
+        ordered = sorted(candidates, key=lambda c: c.replica.id)
+        return Decision(ordered[next(self._counter) % len(ordered)].replica, self.name)
+
+
+class LeastLoad:
+    name = "least_load"
+
+    def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
+        best = min(candidates, key=lambda c: (c.utilisation, c.load.inflight_tokens, c.rtt_ms))
+        return Decision(best.replica, self.name)
+
+
+class TtftModel:
+    """Cost coefficients of the TTFT prediction, calibrated online from observed TTFTs."""
+
+    def __init__(self, prefill_ms_per_token: float, decode_ms_per_running: float) -> None:
+        self.prefill_ms_per_token = prefill_ms_per_token
+        self.decode_ms_per_running = decode_ms_per_running
+        self._initial = prefill_ms_per_token
+
+    def predict(self, rtt_ms: float, backlog_tokens: int, running: int) -> float:
+        return rtt_ms + backlog_tokens * self.prefill_ms_per_token + running * self.decode_ms_per_running
+
+    def observe(self, rtt_ms: float, backlog_tokens: int, observed_ttft_ms: float) -> None:
+        """Nudge the per-token prefill cost towards what the replica really took."""
+        if backlog_tokens < 256 or observed_ttft_ms <= rtt_ms:
+            return  # too small to say anything about per-token cost
+        sample = (observed_ttft_ms - rtt_ms) / backlog_tokens
+        self.prefill_ms_per_token += 0.05 * (sample - self.prefill_ms_per_token)
+        lo, hi = self._initial / 100, self._initial * 100
+        self.prefill_ms_per_token = min(hi, max(lo, self.prefill_ms_per_token))
+
+
+class PredictedTtft:
+    """Predicted time to first token = RTT + queueing (prefill backlog the edge has sent there and
+    not yet seen start, plus the running batch) + prefill of the prompt tokens that replica has not
+    cached. The minimum wins: cache affinity and load balance in one currency, so a hot prefix
+    stays put until its replica's backlog costs more than recomputing the prefix elsewhere."""
+
+    name = "predicted_ttft"
+
+    def __init__(self, index: PrefixIndex, model: TtftModel) -> None:
+        self.index = index
+        self.model = model
+
+    def estimate(self, req: RouteRequest, cand: Candidate, now: float) -> tuple[float, int]:
+        blocks = self.index.matched_blocks(cand.replica.id, req.hashes, now)
+        cached = min(req.prompt_tokens, self.index.tokens_for_blocks(blocks))
+        backlog = cand.load.pending_prefill_tokens + (req.prompt_tokens - cached)
+        return self.model.predict(cand.rtt_ms, backlog, cand.running), cached
+
+    def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
+        best: tuple[float, float, str] | None = None
+        best_cand, best_cached = None, 0
+        for cand in candidates:
+            ttft, cached = self.estimate(req, cand, now)
+            key = (ttft, cand.utilisation, cand.replica.id)
+            if best is None or key < best:
+                best, best_cand, best_cached = key, cand, cached
+        assert best is not None and best_cand is not None
+        return Decision(best_cand.replica, self.name, best[0], best_cached)
+
+
+POLICY_NAMES = ("predicted_ttft", "least_load", "round_robin")
+
+
+def make_policy(name: str, index: PrefixIndex, model: TtftModel) -> RoutingPolicy:
+    if name == "round_robin":
+        return RoundRobin()
+    if name == "least_load":
+        return LeastLoad()
+    if name == "predicted_ttft":
+        return PredictedTtft(index, model)
+    raise ValueError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")

@@ -1,0 +1,186 @@
+"""The routing service: filters candidates (health, region health, breakers, capacity guard), asks
+the policy, and keeps the live per-replica bookkeeping the policies read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dataplane.edge.breaker import CircuitBreaker, RetryBudget
+from dataplane.edge.catalog import Catalog, Replica
+from dataplane.edge.policies import Candidate, Decision, ReplicaLoad, RouteRequest, RoutingPolicy, TtftModel
+from dataplane.edge.prefix import PrefixIndex
+from dataplane.edge.settings import EdgeSettings
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One dispatch of one request to one replica; closes exactly once."""
+
+    replica: Replica
+    decision: Decision
+    reserved_tokens: int
+    uncached_tokens: int
+    backlog_at_dispatch: int
+    rtt_ms: float
+    started: bool = False
+    closed: bool = False
+
+
+@dataclass(slots=True)
+class HealthState:
+    healthy: bool = True
+    consecutive_failures: int = 0
+    rtt_ms: float | None = None  # measured, used when the snapshot has none for the region
+
+
+@dataclass
+class Router:
+    settings: EdgeSettings
+    policy: RoutingPolicy
+    index: PrefixIndex
+    ttft_model: TtftModel
+    loads: dict[str, ReplicaLoad] = field(default_factory=dict)
+    breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
+    health: dict[str, HealthState] = field(default_factory=dict)
+    retry_budget: RetryBudget = field(default_factory=RetryBudget)
+
+    # ---- state per replica ----
+
+    def load(self, replica_id: str) -> ReplicaLoad:
+        load = self.loads.get(replica_id)
+        if load is None:
+            load = self.loads[replica_id] = ReplicaLoad()
+        return load
+
+    def breaker(self, replica_id: str) -> CircuitBreaker:
+        br = self.breakers.get(replica_id)
+        if br is None:
+            br = self.breakers[replica_id] = CircuitBreaker(
+                self.settings.breaker_failures, self.settings.breaker_cooldown_s)
+        return br
+
+    def health_of(self, replica_id: str) -> HealthState:
+        st = self.health.get(replica_id)
+        if st is None:
+            st = self.health[replica_id] = HealthState()
+        return st
+
+    def on_catalog(self, catalog: Catalog) -> None:
+        """Drop state of replicas that left; keep everything else across snapshot swaps."""
+        live = set(catalog.replicas)
+        self.index.retain(live)
+        for table in (self.breakers, self.health):
+            for rid in list(table):
+                if rid not in live:
+                    del table[rid]
+        for rid in list(self.loads):
+            if rid not in live and self.loads[rid].inflight == 0:
+                del self.loads[rid]
+
+    # ---- candidates ----
+
+    def capacity(self, replica: Replica) -> int:
+        if self.settings.max_inflight_per_replica:
+            return self.settings.max_inflight_per_replica
+        return max(1, int(replica.max_running_requests * self.settings.capacity_factor))
+
+    def rtt_ms(self, catalog: Catalog, replica: Replica) -> float:
+        configured = catalog.rtt_ms(replica.region)
+        if configured is not None:
+            return configured
+        measured = self.health_of(replica.id).rtt_ms
+        return self.settings.default_rtt_ms if measured is None else measured
+
+    def failing_regions(self, replicas: list[Replica]) -> set[str]:
+        """Regions where at least ``region_fail_fraction`` of this variant's replicas fail health checks."""
+        total: dict[str, int] = {}
+        bad: dict[str, int] = {}
+        for r in replicas:
+            total[r.region] = total.get(r.region, 0) + 1
+            if not self.health_of(r.id).healthy:
+                bad[r.region] = bad.get(r.region, 0) + 1
+        return {reg for reg, n in bad.items() if n / total[reg] >= self.settings.region_fail_fraction}
+
+    def eligible(self, catalog: Catalog, replicas: list[Replica], now: float,
+                 exclude: frozenset[str] | set[str] = frozenset(),
+                 exclude_regions: frozenset[str] | set[str] = frozenset()) -> list[Candidate]:
+        bad_regions = self.failing_regions(replicas)
+        out = []
+        for r in replicas:
+            if r.id in exclude or r.region in bad_regions or r.region in exclude_regions:
+                continue
+            if not self.health_of(r.id).healthy or not self.breaker(r.id).allows(now):
+                continue
+            out.append(Candidate(r, self.load(r.id), self.rtt_ms(catalog, r), self.capacity(r)))
+        return out
+
+    def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
+        """The capacity guard: only replicas with room are offered to the policy. None means every
+        candidate is full and the request must wait in the admission queue."""
+        roomy = [c for c in candidates if c.has_room]
+        if not roomy:
+            return None
+        return self.policy.choose(req, roomy, now)
+
+    # ---- bookkeeping ----
+
+    def dispatch(self, catalog: Catalog, decision: Decision, req: RouteRequest, reserved_tokens: int,
+                 now: float) -> Ticket:
+        replica = decision.replica
+        load = self.load(replica.id)
+        if decision.policy != "predicted_ttft":
+            # Other policies do not look at the index; estimate the hit anyway for the metrics.
+            blocks = self.index.matched_blocks(replica.id, req.hashes, now)
+            decision.predicted_cached_tokens = min(req.prompt_tokens, self.index.tokens_for_blocks(blocks))
+        uncached = max(0, req.prompt_tokens - decision.predicted_cached_tokens)
+        ticket = Ticket(replica, decision, reserved_tokens, uncached, load.pending_prefill_tokens + uncached,
+                        self.rtt_ms(catalog, replica))
+        load.inflight += 1
+        load.inflight_tokens += reserved_tokens
+        load.pending_prefill_tokens += uncached
+        self.breaker(replica.id).on_dispatch()
+        self.index.record(replica.id, replica.max_total_tokens, req.hashes, now)
+        return ticket
+
+    def first_byte(self, ticket: Ticket, ttft_ms: float) -> None:
+        if ticket.started or ticket.closed:
+            return
+        ticket.started = True
+        self.load(ticket.replica.id).pending_prefill_tokens -= ticket.uncached_tokens
+        self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms)
+
+    def release(self, ticket: Ticket, ok: bool | None, now: float, reported_cached_tokens: int | None = None) -> None:
+        """``ok=None``: the request ended for reasons that say nothing about the replica (client left)."""
+        if ticket.closed:
+            return
+        ticket.closed = True
+        load = self.load(ticket.replica.id)
+        if not ticket.started:
+            load.pending_prefill_tokens -= ticket.uncached_tokens
+        load.inflight -= 1
+        load.inflight_tokens -= ticket.reserved_tokens
+        breaker = self.breaker(ticket.replica.id)
+        if ok is None:
+            breaker.probe_in_flight = False
+        elif ok:
+            breaker.on_success()
+            if reported_cached_tokens is not None:
+                self.index.correct(ticket.replica.id, ticket.decision.predicted_cached_tokens,
+                                   reported_cached_tokens)
+        else:
+            breaker.on_failure(now)
+
+    def mark_health(self, replica_id: str, ok: bool, rtt_ms: float | None = None) -> bool:
+        """Record one probe; returns True when the replica's health flipped."""
+        st = self.health_of(replica_id)
+        before = st.healthy
+        if rtt_ms is not None:
+            st.rtt_ms = rtt_ms if st.rtt_ms is None else 0.8 * st.rtt_ms + 0.2 * rtt_ms
+        if ok:
+            st.consecutive_failures = 0
+            st.healthy = True
+        else:
+            st.consecutive_failures += 1
+            if st.consecutive_failures >= self.settings.health_failures_to_down:
+                st.healthy = False
+        return before != st.healthy

@@ -1,0 +1,506 @@
+"""The edge service: one request's path from bearer key to the last streamed byte.
+
+auth -> validate -> (response cache) -> limits -> (activation) -> fair admission + routing
+-> forward (one retry elsewhere before the first byte) -> stream -> reconcile limits, meter usage.
+
+Everything it needs comes from the current snapshot (``Catalog``) and live in-process state; Redis
+is used for shared limits and the usage stream, and its absence degrades to local behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from dataplane.edge import errors
+from dataplane.edge.admission import Admission
+from dataplane.edge.auth import authenticate
+from dataplane.edge.breaker import OPEN, RetryBudget
+from dataplane.edge.catalog import BATCH, INTERACTIVE, ApiKey, Catalog, Replica, Tenant, Variant
+from dataplane.edge.fairness import Waiter
+from dataplane.edge.health import HealthMonitor
+from dataplane.edge.limits import Lease, Limiter, RedisStore, to_error
+from dataplane.edge.metrics import EdgeMetrics
+from dataplane.edge.policies import RouteRequest, TtftModel, make_policy
+from dataplane.edge.prefix import PrefixIndex, block_hashes
+from dataplane.edge.response_cache import ResponseCache, cache_key
+from dataplane.edge.router import Router, Ticket
+from dataplane.edge.settings import EdgeSettings
+from dataplane.edge.sse import DONE, SseSplitter, error_event, is_error_event, token_counts, usage_of_event
+from dataplane.edge.usage import UsageRecorder, make_event
+from dataplane.edge.validation import (
+    CHAT,
+    InferenceRequest,
+    TokenEstimator,
+    check_context,
+    parse_json,
+    upstream_body,
+    validate,
+)
+
+log = logging.getLogger("nimbus.edge")
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+PATHS = {CHAT: "/v1/chat/completions", "completion": "/v1/completions"}
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+# Outcomes of one forwarding attempt.
+DONE_OK, DONE_ERROR, RETRY = "ok", "error", "retry"
+
+
+@dataclass(slots=True)
+class RequestState:
+    request_id: str
+    t0: float
+    ts: float
+    tenant: Tenant | None = None
+    key: ApiKey | None = None
+    variant: Variant | None = None
+    model: str = ""
+    priority: str = INTERACTIVE
+    req: InferenceRequest | None = None
+    lease: Lease | None = None
+    ticket: Ticket | None = None
+    rate_headers: dict[str, str] = field(default_factory=dict)
+    response_started: bool = False
+    queue_ms: float | None = None
+    ttft_ms: float | None = None
+    status: str = "error"
+    http_status: int = 500
+    usage: dict[str, Any] | None = None
+    chunks: int = 0
+    replica: Replica | None = None
+
+
+def _headers(pairs: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode(), v.encode()) for k, v in pairs.items()]
+
+
+async def send_json(send: Send, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
+    headers = JSON_HEADERS + _headers(extra or {})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class EdgeService:
+    def __init__(self, settings: EdgeSettings, source_factory: Callable[[EdgeService], Any]) -> None:
+        self.settings = settings
+        self.metrics = EdgeMetrics()
+        self.catalog: Catalog | None = None
+        self.catalog_at: float | None = None
+        self._catalog_changed = asyncio.Event()
+        self.estimator = TokenEstimator(settings.chars_per_token)
+        self.index = PrefixIndex(settings.prefix_block_chars, settings.chars_per_token, settings.prefix_ttl_s,
+                                 settings.prefix_index_blocks)
+        self.ttft_model = TtftModel(settings.prefill_ms_per_token, settings.decode_ms_per_running)
+        self.router = Router(settings, make_policy(settings.policy, self.index, self.ttft_model), self.index,
+                             self.ttft_model,
+                             retry_budget=RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min_per_s))
+        self.admission = Admission(settings.queue_max, settings.queue_timeout_s, time.monotonic)
+        self.response_cache = ResponseCache(settings.response_cache_entries, settings.response_cache_ttl_s)
+        self.source = source_factory(self)
+        self.redis = None
+        self.limiter = Limiter(None, settings.limits_fail_mode, settings.local_limit_share, settings.redis_retry_s)
+        self.usage: UsageRecorder | None = None
+        self.session: aiohttp.ClientSession | None = None
+        self.health: HealthMonitor | None = None
+        self._activation_sent: dict[str, float] = {}
+        self._background: set[asyncio.Task] = set()
+        self._stream_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.stream_idle_timeout_s)
+        self._unary_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.first_byte_timeout_s)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def on_snapshot(self, snap: dict[str, Any]) -> None:
+        try:
+            catalog = Catalog.from_snapshot(snap)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.error("ignoring a malformed snapshot: %r", exc)
+            return
+        self.catalog = catalog
+        self.catalog_at = time.monotonic()
+        self.router.on_catalog(catalog)
+        self._catalog_changed.set()
+        self._catalog_changed = asyncio.Event()
+        self.admission.pump()
+
+    async def start(self) -> None:
+        s = self.settings
+        s.state_dir.mkdir(parents=True, exist_ok=True)
+        if s.redis_url:
+            import redis.asyncio as aioredis
+
+            self.redis = aioredis.from_url(s.redis_url, socket_connect_timeout=0.25, socket_timeout=0.5,
+                                           retry_on_timeout=False, health_check_interval=0)
+            self.limiter.redis = RedisStore(self.redis, s.redis_key_prefix)
+        self.usage = UsageRecorder(self.redis, s.usage_stream, s.state_dir / "usage-spool.jsonl",
+                                   retry_s=s.redis_retry_s)
+        await self.usage.start()
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        await self.source.start()
+        self.health = HealthMonitor(self.router, lambda: self.catalog, s.health_interval_s, s.health_timeout_s,
+                                    on_change=self.admission.pump, on_probe=self._on_probe)
+        await self.health.start()
+        self.admission.start_ticker()
+
+    async def stop(self) -> None:
+        await self.admission.stop()
+        if self.health:
+            await self.health.stop()
+        await self.source.stop()
+        for task in list(self._background):
+            with contextlib.suppress(Exception):
+                await task
+        if self.usage:
+            await self.usage.stop()
+        if self.session:
+            await self.session.close()
+        if self.redis is not None:
+            with contextlib.suppress(Exception):
+                await self.redis.aclose()
+
+    def snapshot_age(self) -> float:
+        last = getattr(self.source, "last_ok", None) or self.catalog_at
+        return -1.0 if last is None else time.monotonic() - last
+
+    def _on_probe(self, replica: Replica, ok: bool) -> None:
+        self.metrics.replica_healthy.labels(replica.id, replica.region).set(1 if ok else 0)
+        self.metrics.breaker_open.labels(replica.id).set(1 if self.router.breaker(replica.id).state == OPEN else 0)
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ------------------------------------------------------------------ GET /v1/models
+
+    def list_models(self, authorization: str | None) -> bytes:
+        catalog = self._catalog()
+        tenant, _ = authenticate(catalog, authorization)
+        data = []
+        for model, variant in catalog.visible_models(tenant.id):
+            name = model.name if variant.tier == model.default_tier else f"{model.name}:{variant.tier}"
+            data.append({"id": name, "object": "model", "created": 0, "owned_by": "nimbus",
+                         "context_length": variant.context_length, "tier": variant.tier})
+        return msgspec.json.encode({"object": "list", "data": data})
+
+    def _catalog(self) -> Catalog:
+        if self.catalog is None:
+            raise errors.unavailable("The edge has no snapshot yet.", 2.0, code="not_ready")
+        return self.catalog
+
+    # ------------------------------------------------------------------ inference
+
+    async def handle_inference(self, kind: str, headers: dict[str, str], raw: bytes, send: Send) -> None:
+        st = RequestState(request_id="req_" + os.urandom(12).hex(), t0=time.monotonic(), ts=time.time())
+        try:
+            await self._inference(st, kind, headers, raw, send)
+        except errors.EdgeError as exc:
+            st.status = "rejected" if exc.status < 500 else "error"
+            st.http_status = exc.status
+            if not st.response_started:
+                hdrs = {**st.rate_headers, **exc.headers, "x-request-id": st.request_id}
+                await send_json(send, exc.status, exc.body(), hdrs)
+        except asyncio.CancelledError:
+            st.status, st.http_status = "client_abort", 499
+            raise
+        finally:
+            self._finish(st)
+
+    async def _inference(self, st: RequestState, kind: str, headers: dict[str, str], raw: bytes,
+                         send: Send) -> None:
+        s = self.settings
+        catalog = self._catalog()
+        tenant, key = authenticate(catalog, headers.get("authorization"))
+        st.tenant, st.key = tenant, key
+        body = parse_json(raw, s.max_body_bytes)
+        req = validate(kind, body, self.estimator, max_messages=s.max_messages, max_n=s.max_n)
+        st.req, st.model = req, req.model
+        st.priority = self._priority(key, req, headers)
+        resolved = catalog.resolve_model(req.model)
+        if resolved is None or not catalog.usable_pools(tenant.id, resolved[1].id):
+            raise errors.model_not_found(req.model)
+        variant = resolved[1]
+        st.variant = variant
+        check_context(req, variant.context_length)
+
+        ckey = None
+        if tenant.response_cache and req.deterministic and not req.stream:
+            ckey = cache_key(tenant.id, variant.id, kind, body)
+            hit = self.response_cache.get(ckey, time.monotonic())
+            if hit is not None:
+                self.metrics.cache_hits.labels(req.model).inc()
+                st.status, st.http_status = "ok", 200
+                st.response_started = True
+                await send_json(send, 200, hit, {"x-request-id": st.request_id, "x-nimbus-cache": "hit"})
+                return
+
+        decision = await self.limiter.admit(tenant, st.request_id, req.reserved_tokens)
+        if self.limiter.redis is not None and not self.limiter.redis_usable and not tenant.limits.unlimited:
+            self.metrics.limits_fallback.inc()
+        st.rate_headers = decision.headers
+        if not decision.allowed:
+            self.metrics.rate_limited.labels(decision.reason).inc()
+            raise to_error(decision)
+        st.lease = decision.lease
+
+        if not catalog.candidates(tenant.id, variant.id):
+            await self._activate(tenant, variant, req.model)
+
+        route_req = RouteRequest(block_hashes(req.prompt_text, s.prefix_block_chars), req.prompt_tokens_est,
+                                 tenant.id)
+        payload = upstream_body(req, variant.served_model_name)
+        path = PATHS[kind]
+        excluded: set[str] = set()
+        self.router.retry_budget.on_request(time.monotonic())
+        for attempt in (0, 1):
+            ticket = await self._acquire(st, route_req, excluded)
+            outcome = await self._forward(st, ticket, path, payload, send, ckey)
+            if outcome != RETRY:
+                return
+            excluded.add(ticket.replica.id)
+            if attempt == 0 and self.router.retry_budget.try_spend(time.monotonic()):
+                self.metrics.retries.labels(req.model, "before_first_byte").inc()
+                continue
+            if attempt == 0:
+                self.metrics.retry_denied.labels(req.model).inc()
+            break
+        raise errors.upstream_failed()
+
+    @staticmethod
+    def _priority(key: ApiKey, req: InferenceRequest, headers: dict[str, str]) -> str:
+        """Per request (body ``priority`` or ``x-nimbus-priority``) or else per key; a batch key
+        cannot promote itself to interactive."""
+        asked = req.priority or headers.get("x-nimbus-priority")
+        if key.priority == BATCH:
+            return BATCH
+        return asked if asked in (INTERACTIVE, BATCH) else key.priority
+
+    async def _activate(self, tenant: Tenant, variant: Variant, model: str) -> None:
+        """Scale from zero: ask the control plane for replicas and hold the request until the snapshot
+        shows one ready, or the bound passes."""
+        s = self.settings
+        deadline = time.monotonic() + s.activation_timeout_s
+        while True:
+            catalog = self._catalog()
+            if catalog.candidates(tenant.id, variant.id):
+                return
+            now = time.monotonic()
+            if now >= deadline:
+                raise errors.unavailable(f"The model `{model}` is starting; retry shortly.", 10.0,
+                                         code="model_cold_start")
+            for pool in catalog.usable_pools(tenant.id, variant.id):
+                if now - self._activation_sent.get(pool.id, -1e9) >= s.activation_repeat_s:
+                    self._activation_sent[pool.id] = now
+                    self.metrics.activations.labels(model).inc()
+                    self._spawn(self.source.activate(pool.id, variant.id))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._catalog_changed.wait(), min(deadline - now, s.activation_repeat_s))
+
+    async def _acquire(self, st: RequestState, route_req: RouteRequest, excluded: set[str]) -> Ticket:
+        tenant, variant, req = st.tenant, st.variant, st.req
+        assert tenant is not None and variant is not None and req is not None
+        queue = self.admission.queue(variant.id)
+
+        def try_dispatch(now: float) -> Ticket | None:
+            catalog = self.catalog
+            if catalog is None:
+                return None
+            replicas = catalog.candidates(tenant.id, variant.id)
+            decision = self.router.choose(route_req, self.router.eligible(catalog, replicas, now, excluded), now)
+            if decision is None:
+                return None
+            ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now)
+            st.ticket = ticket
+            queue.charge_admit(tenant.id, tenant.weight, route_req.prompt_tokens)
+            rid = ticket.replica.id
+            self.metrics.routed.labels(req.model, rid, decision.policy).inc()
+            self.metrics.est_prefix_hit_tokens.labels(req.model, rid).inc(decision.predicted_cached_tokens)
+            return ticket
+
+        waiter = Waiter(tenant.id, tenant.weight, st.priority, route_req.prompt_tokens, time.monotonic(),
+                        try_dispatch)
+        t_wait = time.monotonic()
+        ticket = await self.admission.admit(variant.id, waiter)
+        waited = time.monotonic() - t_wait
+        st.queue_ms = (st.queue_ms or 0.0) + waited * 1000
+        self.metrics.queue_time.labels(req.model, st.priority).observe(waited)
+        self.metrics.queue_depth.set(self.admission.queued())
+        st.replica = ticket.replica
+        return ticket
+
+    def _release(self, st: RequestState, ticket: Ticket, ok: bool | None, cached: int | None = None) -> None:
+        self.router.release(ticket, ok, time.monotonic(), cached)
+        self.admission.pump(ticket.replica.variant_id)
+
+    async def _forward(self, st: RequestState, ticket: Ticket, path: str, payload: bytes, send: Send,
+                       ckey: str | None) -> str:
+        assert self.session is not None and st.req is not None
+        req = st.req
+        rid = ticket.replica.id
+        timeout = self._stream_timeout if req.stream else self._unary_timeout
+        try:
+            resp = await self.session.post(ticket.replica.url + path, data=payload, timeout=timeout,
+                                           headers={"content-type": "application/json",
+                                                    "x-request-id": st.request_id})
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.info("replica %s failed before answering: %r", rid, exc)
+            self.metrics.errors.labels(req.model, rid, "connect").inc()
+            self._release(st, ticket, False)
+            return RETRY
+        try:
+            if resp.status >= 500:
+                self.metrics.errors.labels(req.model, rid, f"http_{resp.status}").inc()
+                self._release(st, ticket, False)
+                return RETRY
+            if resp.status != 200:
+                # The engine refused the request itself (a 4xx): not the replica's fault, not retried.
+                data = await resp.read()
+                self._release(st, ticket, None)
+                st.status, st.http_status, st.response_started = "error", resp.status, True
+                await send_json(send, resp.status, data, {**st.rate_headers, "x-request-id": st.request_id})
+                return DONE_ERROR
+            if req.stream:
+                return await self._stream(st, ticket, resp, send)
+            try:
+                data = await resp.read()
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                log.info("replica %s failed while answering: %r", rid, exc)
+                self.metrics.errors.labels(req.model, rid, "read").inc()
+                self._release(st, ticket, False)
+                return RETRY
+            st.ttft_ms = (time.monotonic() - st.t0) * 1000
+            try:
+                st.usage = msgspec.json.decode(data).get("usage")
+            except (msgspec.DecodeError, AttributeError):
+                st.usage = None
+            self._release(st, ticket, True, token_counts(st.usage)[2] if st.usage else None)
+            st.status, st.http_status, st.response_started = "ok", 200, True
+            if ckey is not None:
+                self.response_cache.put(ckey, data, time.monotonic())
+            await send_json(send, 200, data, {**st.rate_headers, "x-request-id": st.request_id})
+            return DONE_OK
+        finally:
+            resp.close()  # also aborts the engine's work when we leave early (client gone)
+
+    async def _stream(self, st: RequestState, ticket: Ticket, resp: aiohttp.ClientResponse, send: Send) -> str:
+        assert st.req is not None
+        req = st.req
+        labels = (req.model, ticket.replica.id, st.priority)
+        itl_hist = self.metrics.itl.labels(*labels)
+        splitter = SseSplitter()
+        saw_done = False
+        upstream_error = False
+        failure: BaseException | None = None
+        last = 0.0
+        try:
+            async for chunk in resp.content.iter_any():
+                out = []
+                for event in splitter.feed(chunk):
+                    if event.startswith(b"data: [DONE]"):
+                        saw_done = True
+                        out.append(DONE)
+                        continue
+                    usage, usage_only = usage_of_event(event)
+                    if usage is not None:
+                        st.usage = usage
+                        if usage_only and not req.include_usage:
+                            continue  # we asked for it for metering; the client did not
+                    elif is_error_event(event):
+                        upstream_error = True
+                    else:
+                        st.chunks += 1
+                    out.append(event)
+                if not out:
+                    continue
+                now = time.monotonic()
+                if not st.response_started:
+                    st.ttft_ms = (now - st.t0) * 1000
+                    self.metrics.ttft.labels(*labels).observe(now - st.t0)
+                    self.router.first_byte(ticket, st.ttft_ms)
+                    headers = SSE_HEADERS + _headers({**st.rate_headers, "x-request-id": st.request_id})
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                    st.response_started = True
+                else:
+                    itl_hist.observe(now - last)
+                last = now
+                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                if saw_done:
+                    break
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            failure = exc
+        if not st.response_started:
+            self.metrics.errors.labels(req.model, ticket.replica.id, "before_first_byte").inc()
+            self._release(st, ticket, False)
+            return RETRY
+        if saw_done and not upstream_error:
+            cached = token_counts(st.usage)[2] if st.usage else None
+            self._release(st, ticket, True, cached)
+            st.status, st.http_status = "ok", 200
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return DONE_OK
+        # Failed after the first byte: the client gets an error event and [DONE] now, never a hang.
+        log.info("stream from replica %s broke: %r", ticket.replica.id, failure)
+        self.metrics.errors.labels(req.model, ticket.replica.id, "mid_stream").inc()
+        self._release(st, ticket, False if not upstream_error else True)
+        st.status, st.http_status = "error", 200
+        tail = b"" if upstream_error else error_event("The model replica failed while streaming; please retry.")
+        if not saw_done:
+            tail += DONE
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return DONE_ERROR
+
+    # ------------------------------------------------------------------ accounting
+
+    def _finish(self, st: RequestState) -> None:
+        """Runs exactly once per request, whatever happened: frees capacity, settles limits, meters."""
+        now = time.monotonic()
+        if st.ticket is not None and not st.ticket.closed:
+            self._release(st, st.ticket, None)
+        prompt, completion, cached = token_counts(st.usage)
+        req = st.req
+        if req is not None and st.usage is None and st.ticket is not None:
+            # No usage from the engine (aborted or broken): meter what we know went through.
+            prompt, completion = req.prompt_tokens_est, st.chunks
+        if st.usage is not None and req is not None:
+            self.estimator.observe(len(req.prompt_text), prompt)
+        if st.lease is not None:
+            self._spawn(self.limiter.settle(st.lease, prompt + completion))
+        model = st.model or "unknown"
+        duration = now - st.t0
+        self.metrics.requests.labels(model, st.priority, st.status, str(st.http_status)).inc()
+        self.metrics.duration.labels(model, st.priority).observe(duration)
+        if st.replica is not None and st.usage is not None:
+            rid = st.replica.id
+            self.metrics.prompt_tokens.labels(model, rid).inc(prompt)
+            self.metrics.cached_tokens.labels(model, rid).inc(cached)
+            self.metrics.completion_tokens.labels(model, rid).inc(completion)
+        if st.tenant is not None and st.variant is not None and completion:
+            self.admission.queue(st.variant.id).charge_output(st.tenant.id, st.tenant.weight, completion)
+        if st.tenant is None or self.usage is None:
+            return  # unauthenticated: nobody to bill
+        self.usage.record(make_event(
+            request_id=st.request_id, tenant_id=st.tenant.id, key_id=st.key.id if st.key else None,
+            variant_id=st.variant.id if st.variant else None, model=st.model,
+            region=st.replica.region if st.replica else None, replica_id=st.replica.id if st.replica else None,
+            prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
+            queue_ms=st.queue_ms, ttft_ms=st.ttft_ms, duration_ms=duration * 1000, status=st.status,
+            http_status=st.http_status, ts=st.ts,
+        ))

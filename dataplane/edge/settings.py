@@ -1,0 +1,105 @@
+"""Edge tunables. Every field can come from the standalone config's ``settings`` block, from an
+``NIMBUS_EDGE_<FIELD>`` environment variable, or from the command line (in rising precedence)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EdgeSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    region: str = "local"  # the region this edge runs in (for logs/metrics)
+    control_plane_url: str | None = None
+    edge_token: str = ""
+    state_dir: Path = Path(".nimbus/edge")
+    snapshot_poll_s: float = 2.0
+    redis_url: str | None = "redis://127.0.0.1:6379/0"
+    redis_key_prefix: str = "nimbus:"
+    usage_stream: str = "nimbus:usage"
+    redis_retry_s: float = 1.0  # after a Redis failure, go local for this long before trying again
+    # Limits when Redis is unreachable: "closed" enforces per-instance local limits (the tenant's limits
+    # times local_limit_share), "open" admits everything. Neither ever fails a request with a 5xx.
+    limits_fail_mode: str = "closed"
+    local_limit_share: float = 1.0
+    # Routing
+    policy: str = "predicted_ttft"
+    prefill_ms_per_token: float = 0.05  # starting value; calibrated online from observed TTFTs
+    decode_ms_per_running: float = 0.2  # queueing cost of each running request on a replica
+    default_rtt_ms: float = 1.0
+    capacity_factor: float = 1.0  # fraction of a replica's max_running_requests the edge will fill
+    max_inflight_per_replica: int | None = None  # hard override of the per-replica concurrency cap
+    prefix_block_chars: int = 64
+    prefix_index_blocks: int = 1_000_000  # global bound on the prefix index
+    prefix_ttl_s: float = 600.0
+    chars_per_token: float = 4.0
+    # Admission
+    queue_max: int = 2048
+    queue_timeout_s: float = 30.0
+    activation_timeout_s: float = 120.0
+    activation_repeat_s: float = 10.0
+    # Upstream
+    connect_timeout_s: float = 2.0
+    first_byte_timeout_s: float = 600.0
+    stream_idle_timeout_s: float = 30.0
+    retry_budget_ratio: float = 0.1  # retries may add at most this fraction of requests...
+    retry_budget_min_per_s: float = 5.0  # ...plus this floor
+    breaker_failures: int = 5
+    breaker_cooldown_s: float = 10.0
+    health_interval_s: float = 5.0
+    health_timeout_s: float = 5.0
+    health_failures_to_down: int = 2
+    region_fail_fraction: float = 0.5
+    # Validation
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_messages: int = 2048
+    max_n: int = 8
+    # Response cache
+    response_cache_entries: int = 10_000
+    response_cache_ttl_s: float = 600.0
+
+    @classmethod
+    def field_names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}
+
+    def merged(self, overrides: dict[str, Any]) -> EdgeSettings:
+        """Apply overrides (strings from env/CLI are coerced to the field's type)."""
+        types = {f.name: f.type for f in fields(self)}
+        clean: dict[str, Any] = {}
+        for name, value in overrides.items():
+            if name not in types or value is None:
+                continue
+            clean[name] = _coerce(getattr(self, name), types[name], value)
+        return replace(self, **clean)
+
+    def with_env(self, environ: dict[str, str] | None = None) -> EdgeSettings:
+        environ = os.environ if environ is None else environ
+        found = {}
+        for name in self.field_names():
+            key = f"NIMBUS_EDGE_{name.upper()}"
+            if key in environ:
+                found[name] = environ[key]
+        if "NIMBUS_CONTROL_PLANE_URL" in environ and "control_plane_url" not in found:
+            found["control_plane_url"] = environ["NIMBUS_CONTROL_PLANE_URL"]
+        return self.merged(found)
+
+
+def _coerce(current: Any, annotation: Any, value: Any) -> Any:
+    if not isinstance(value, str):
+        return Path(value) if isinstance(current, Path) else value
+    text = str(annotation)
+    if isinstance(current, bool) or text == "bool":
+        return value.lower() in ("1", "true", "yes", "on")
+    if isinstance(current, Path) or "Path" in text:
+        return Path(value)
+    if value.lower() in ("none", "null", ""):
+        return None if "None" in text else value
+    if isinstance(current, int) or text.startswith("int"):
+        return int(value)
+    if isinstance(current, float) or text.startswith("float"):
+        return float(value)
+    return value

@@ -1,0 +1,68 @@
+"""Server-sent events, passed through event by event: never more buffered than one partial event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from dataplane.edge.errors import error_body
+
+DONE = b"data: [DONE]\n\n"
+_USAGE_MARK = b'"usage":'
+_NULL_USAGE = (b'"usage":null', b'"usage": null')
+
+
+class SseSplitter:
+    """Cuts a byte stream into complete events (``\\n\\n``-terminated); keeps the partial tail."""
+
+    __slots__ = ("_tail",)
+
+    def __init__(self) -> None:
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        data = self._tail + chunk if self._tail else chunk
+        if b"\r\n" in data:
+            data = data.replace(b"\r\n", b"\n")
+        parts = data.split(b"\n\n")
+        self._tail = parts.pop()
+        return [p + b"\n\n" for p in parts if p.strip()]
+
+    @property
+    def pending(self) -> bytes:
+        return self._tail
+
+
+def usage_of_event(event: bytes) -> tuple[dict[str, Any] | None, bool]:
+    """(usage dict if the event carries one, whether it is the usage-only final chunk)."""
+    if _USAGE_MARK not in event or any(m in event for m in _NULL_USAGE):
+        return None, False
+    payload = event.strip()
+    if not payload.startswith(b"data:"):
+        return None, False
+    try:
+        obj = msgspec.json.decode(payload[5:].strip())
+    except msgspec.DecodeError:
+        return None, False
+    if not isinstance(obj, dict) or not isinstance(obj.get("usage"), dict):
+        return None, False
+    return obj["usage"], obj.get("choices") == []
+
+
+def is_error_event(event: bytes) -> bool:
+    return event.startswith(b'data: {"error"') or event.startswith(b'data:{"error"')
+
+
+def error_event(message: str, code: str = "upstream_error") -> bytes:
+    return b"data: " + error_body(message, "server_error", code) + b"\n\n"
+
+
+def token_counts(usage: dict[str, Any] | None) -> tuple[int, int, int]:
+    """(prompt, completion, cached) from an OpenAI usage object (SGLang puts cached tokens in
+    ``prompt_tokens_details.cached_tokens``)."""
+    if not usage:
+        return 0, 0, 0
+    details = usage.get("prompt_tokens_details") or {}
+    return (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+            int(details.get("cached_tokens") or 0))
