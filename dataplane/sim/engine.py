@@ -160,6 +160,7 @@ class SimEngine:
         self._tp_window: tuple[float, int] = (0.0, 0)
         self._decode_steps = 0
         self.crash_requested = False
+        self.retractions = 0
         self.lag = LagStats()
 
     # -- clock -------------------------------------------------------------------------------
@@ -364,6 +365,7 @@ class SimEngine:
             self.running.remove(req)
             self._release(req)
             self.waiting.appendleft(req)
+            self.retractions += 1
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         del needed
 
