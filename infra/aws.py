@@ -24,6 +24,7 @@ from typing import Any
 import boto3
 import botocore.config
 import botocore.exceptions
+from botocore.parsers import ResponseParserError
 
 from infra.errors import (
     CapacityError,
@@ -130,7 +131,9 @@ def map_boto_error(exc: Exception) -> ProviderError:
         return map_client_error(exc)
     if isinstance(exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError):
         return ConfigError(str(exc), code=type(exc).__name__)
-    if isinstance(exc, botocore.exceptions.HTTPClientError | botocore.exceptions.ResponseParserError):
+    if isinstance(
+        exc, botocore.exceptions.ConnectionError | botocore.exceptions.HTTPClientError | ResponseParserError
+    ):
         return TransientError(str(exc), code=type(exc).__name__)
     return ProviderError(str(exc), code=type(exc).__name__)
 
@@ -222,7 +225,9 @@ class AwsProvider:
 
     def _client(self, region: str) -> Any:
         if region not in self._clients:
-            config = botocore.config.Config(retries={"total_max_attempts": 1}, connect_timeout=10, read_timeout=60)
+            config = botocore.config.Config(
+                retries={"total_max_attempts": 1}, connect_timeout=10, read_timeout=60
+            )
             self._clients[region] = self._session.client(
                 "ec2", region_name=region, endpoint_url=self._endpoint_url, config=config
             )
@@ -232,7 +237,8 @@ class AwsProvider:
         def once() -> Any:
             try:
                 return getattr(self._client(region), operation)(**params)
-            except botocore.exceptions.BotoCoreError as exc:
+            except (botocore.exceptions.BotoCoreError, ResponseParserError) as exc:
+                # A garbled response (an HTML error page from a proxy) is worth a retry.
                 raise map_boto_error(exc) from exc
             except botocore.exceptions.ClientError as exc:
                 raise map_client_error(exc) from exc
