@@ -6,7 +6,9 @@ import hmac
 from collections.abc import AsyncGenerator
 
 from litestar import Request
+from litestar.connection import ASGIConnection
 from litestar.datastructures import State
+from litestar.handlers import BaseRouteHandler
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.config import Settings
@@ -27,7 +29,7 @@ async def provide_db(state: State) -> AsyncGenerator[AsyncSession, None]:
             await session.commit()
 
 
-def bearer(request: Request) -> str | None:
+def bearer(request: ASGIConnection) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -35,14 +37,18 @@ def bearer(request: Request) -> str | None:
     return token.strip()
 
 
-async def provide_admin(request: Request, settings: Settings) -> Principal:
-    expected = settings.admin_token.get_secret_value()
-    token = bearer(request)
+def admin_guard(connection: ASGIConnection, _handler: BaseRouteHandler) -> None:
+    """Runs before every admin route, whether or not the handler asks for the principal."""
+    expected = connection.app.state.settings.admin_token.get_secret_value()
+    token = bearer(connection)
     if not expected:
         raise Forbidden("the admin API is disabled: set NIMBUS_ADMIN_TOKEN")
     if token is None or not hmac.compare_digest(token.encode(), expected.encode()):
         raise Unauthorized("admin token required")
-    return ADMIN
+
+
+async def provide_admin() -> Principal:
+    return ADMIN  # admin_guard has already authenticated the caller
 
 
 async def provide_tenant(request: Request, db: AsyncSession, key_verifier: KeyVerifier) -> Principal:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
@@ -65,9 +64,16 @@ def make_async_engine(settings: Settings) -> AsyncEngine:
     return engine
 
 
-@functools.cache
+_sync_makers: dict[str, sessionmaker[Session]] = {}
+
+
 def sync_sessionmaker(settings: Settings | None = None) -> sessionmaker[Session]:
-    return sessionmaker(make_sync_engine(settings or get_settings()), expire_on_commit=False)
+    """One engine (connection pool) per database URL per process."""
+    settings = settings or get_settings()
+    url = settings.resolved_database_url
+    if url not in _sync_makers:
+        _sync_makers[url] = sessionmaker(make_sync_engine(settings), expire_on_commit=False)
+    return _sync_makers[url]
 
 
 @contextmanager

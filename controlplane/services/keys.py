@@ -12,7 +12,7 @@ from controlplane.db.types import utcnow
 from controlplane.models import ApiKey, Priority, Tenant, TenantStatus
 from controlplane.schemas.tenancy import KeyCreate, KeyOut
 from controlplane.services import audit
-from controlplane.services.errors import Forbidden, Invalid, FieldError, NotFound, Unauthorized
+from controlplane.services.errors import FieldError, Forbidden, Invalid, NotFound, Unauthorized
 from controlplane.services.pagination import paginate
 from controlplane.services.principal import Principal
 from controlplane.services.secrets import looks_like_api_key, new_api_key, sha256_hex

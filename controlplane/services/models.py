@@ -9,7 +9,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from controlplane.models import Model, ModelVariant, Pool
-from controlplane.schemas.catalog import ModelCreate, ModelOut, ModelUpdate, VariantCreate, VariantOut, VariantUpdate
+from controlplane.schemas.catalog import (
+    ModelCreate,
+    ModelOut,
+    ModelUpdate,
+    VariantCreate,
+    VariantOut,
+    VariantUpdate,
+)
 from controlplane.services import audit
 from controlplane.services.errors import Conflict, FieldError, Invalid, NotFound
 from controlplane.services.pagination import paginate

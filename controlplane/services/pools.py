@@ -8,7 +8,17 @@ import msgspec
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from controlplane.models import Cloud, InstanceType, ModelVariant, Pool, PoolKind, Region, Replica, SpotPolicy, Tenant
+from controlplane.models import (
+    Cloud,
+    InstanceType,
+    ModelVariant,
+    Pool,
+    PoolKind,
+    Region,
+    Replica,
+    SpotPolicy,
+    Tenant,
+)
 from controlplane.models.catalog import Zone
 from controlplane.schemas.fleet import Placement, PoolCreate, PoolOut, PoolUpdate
 from controlplane.services import audit

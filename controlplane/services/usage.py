@@ -154,7 +154,7 @@ async def report(
         bucket = _truncate(r["minute"], granularity, start)
         acc = by_variant[r["variant_id"]].setdefault(bucket, dict.fromkeys(_SUM_COLUMNS, 0))
         for c in _SUM_COLUMNS:
-            acc[c] += r[c] or 0
+            acc[c] += int(r[c] or 0)
     names = {}
     if by_variant:
         for vid, tier, mname in await session.execute(

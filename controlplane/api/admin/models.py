@@ -8,7 +8,14 @@ from litestar.params import Parameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.api.admin.tenants import LimitParam, OffsetParam
-from controlplane.schemas.catalog import ModelCreate, ModelOut, ModelUpdate, VariantCreate, VariantOut, VariantUpdate
+from controlplane.schemas.catalog import (
+    ModelCreate,
+    ModelOut,
+    ModelUpdate,
+    VariantCreate,
+    VariantOut,
+    VariantUpdate,
+)
 from controlplane.schemas.common import Page
 from controlplane.services import models
 from controlplane.services.principal import Principal

@@ -9,7 +9,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.models import TenantStatus
 from controlplane.schemas.common import Page
-from controlplane.schemas.tenancy import KeyCreate, KeyCreated, KeyOut, QuotaBody, TenantCreate, TenantOut, TenantUpdate
+from controlplane.schemas.tenancy import (
+    KeyCreate,
+    KeyCreated,
+    KeyOut,
+    QuotaBody,
+    TenantCreate,
+    TenantOut,
+    TenantUpdate,
+)
 from controlplane.services import keys, tenants
 from controlplane.services.principal import Principal
 
