@@ -115,36 +115,43 @@ class PredictedTtft:
 
     name = "predicted_ttft"
 
-    def __init__(self, index: PrefixIndex, model: TtftModel) -> None:
+    def __init__(self, index: PrefixIndex, model: TtftModel, uncached_penalty: float = 1.0) -> None:
         self.index = index
         self.model = model
+        # The prompt's own uncached prefill also delays every later request on that replica (and
+        # duplicates a prefix in another KV cache). Scoring it (1 + penalty) times keeps a prefix on
+        # its replica until the backlog there really costs more, instead of flipping on near-ties.
+        self.uncached_penalty = uncached_penalty
 
-    def estimate(self, req: RouteRequest, cand: Candidate, now: float) -> tuple[float, int]:
+    def estimate(self, req: RouteRequest, cand: Candidate, now: float) -> tuple[float, float, int]:
+        """(predicted TTFT ms, routing score, predicted cached tokens) for one candidate."""
         blocks = self.index.matched_blocks(cand.replica.id, req.hashes, now)
         cached = min(req.prompt_tokens, self.index.tokens_for_blocks(blocks))
-        backlog = cand.load.pending_prefill_tokens + (req.prompt_tokens - cached)
-        return self.model.predict(cand.rtt_ms, backlog, cand.running), cached
+        uncached = req.prompt_tokens - cached
+        ttft = self.model.predict(cand.rtt_ms, cand.load.pending_prefill_tokens + uncached, cand.running)
+        score = ttft + self.uncached_penalty * uncached * self.model.prefill_ms_per_token
+        return ttft, score, cached
 
     def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
         best: tuple[float, float, str] | None = None
-        best_cand, best_cached = None, 0
+        best_cand, best_ttft, best_cached = None, 0.0, 0
         for cand in candidates:
-            ttft, cached = self.estimate(req, cand, now)
-            key = (ttft, cand.utilisation, cand.replica.id)
+            ttft, score, cached = self.estimate(req, cand, now)
+            key = (score, cand.utilisation, cand.replica.id)
             if best is None or key < best:
-                best, best_cand, best_cached = key, cand, cached
-        assert best is not None and best_cand is not None
-        return Decision(best_cand.replica, self.name, best[0], best_cached)
+                best, best_cand, best_ttft, best_cached = key, cand, ttft, cached
+        assert best_cand is not None
+        return Decision(best_cand.replica, self.name, best_ttft, best_cached)
 
 
 POLICY_NAMES = ("predicted_ttft", "least_load", "round_robin")
 
 
-def make_policy(name: str, index: PrefixIndex, model: TtftModel) -> RoutingPolicy:
+def make_policy(name: str, index: PrefixIndex, model: TtftModel, uncached_penalty: float = 1.0) -> RoutingPolicy:
     if name == "round_robin":
         return RoundRobin()
     if name == "least_load":
         return LeastLoad()
     if name == "predicted_ttft":
-        return PredictedTtft(index, model)
+        return PredictedTtft(index, model, uncached_penalty)
     raise ValueError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
