@@ -121,7 +121,11 @@ def replicas_for(units: float, target_utilization: float) -> int:
 def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: Demand,
                   config: AutoscalerConfig) -> ReactiveNeed:
     stable = replicas_for(window_mean(samples, now, config.stable_window_s), config.target_utilization)
-    panic = replicas_for(window_mean(samples, now, config.panic_window_s), config.target_utilization)
+    # The newest sample counts in full when it is the highest: a burst should be met in one
+    # step, not in as many steps as the panic window has ticks.
+    latest = samples[-1][1] if samples else 0.0
+    panic_units = max(window_mean(samples, now, config.panic_window_s), latest)
+    panic = replicas_for(panic_units, config.target_utilization)
     ready = max(1, demand.ready)
     queued_too_long = demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * ready
     panic_mode = panic > demand.ready and (panic >= config.panic_threshold * ready or queued_too_long)
@@ -182,6 +186,10 @@ def apply_hysteresis(desired: int, active: int, desired_samples: Sequence[tuple[
     held = max([v for t, v in desired_samples if t > now - config.scale_down_hold_s] + [desired])
     if held >= active:
         return active, f"hold: peak need over {config.scale_down_hold_s:.0f}s is {held}"
+    seen_since = desired_samples[0][0] if desired_samples else now
+    if now - seen_since < config.scale_down_hold_s - config.decision_interval_s:
+        # Too little memory (first ticks, or state lost): a quiet minute is no reason to shrink.
+        return active, "hold: not enough history to scale down"
     if state.last_scale_up_at is not None and now - state.last_scale_up_at < config.scale_down_cooldown_s:
         return active, "hold: cooling down after scale-up"
     if active - held < max(1, math.ceil(config.scale_down_min_fraction * active)):

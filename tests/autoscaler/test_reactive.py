@@ -1,0 +1,100 @@
+"""Reactive behaviour: pressure scales up, bursts trigger panic within seconds, an oscillating
+load does not flap, a falling load drains only after the hold window."""
+
+from __future__ import annotations
+
+from controlplane.autoscaler import AutoscalerConfig, AutoscalerState, PoolObservation, decide
+
+from .conftest import Driver, MiniPool, make_replica, make_spec, pool_at
+
+
+def test_queue_pressure_scales_up(spec):
+    calm = PoolObservation(now=0.0, replicas=pool_at(2, 0.5))
+    queued = PoolObservation(now=0.0, replicas=tuple(
+        make_replica(i, running=100, queue=60) for i in range(2)))
+    calm_decision, _ = decide(spec, calm, AutoscalerState())
+    busy_decision, _ = decide(spec, queued, AutoscalerState())
+    assert not calm_decision.add
+    assert len(busy_decision.add) >= 2
+    assert busy_decision.target_replicas > 2
+    assert busy_decision.signals["queue_total"] == 120
+
+
+def test_kv_pressure_scales_up_even_with_few_requests(spec):
+    obs = PoolObservation(now=0.0, replicas=tuple(make_replica(i, running=10, kv=0.99) for i in range(3)))
+    decision, _ = decide(spec, obs, AutoscalerState())
+    assert decision.target_replicas == 4  # 2.97 units / 0.9 target
+    assert decision.add
+
+
+def test_panic_window_reacts_within_seconds():
+    driver = Driver(make_spec(max_replicas=40))
+    pool = MiniPool(driver, replicas=4, ready_s=60.0, step_s=2.0)
+    for _ in range(60):  # two minutes of steady 50% load
+        pool.step(load_slots=200)
+    assert pool.active_count() == 4
+    burst_at = pool.now
+    reacted_at = None
+    for _ in range(10):
+        decision = pool.step(load_slots=1200)  # 3x the pool's capacity at once
+        if decision.add:
+            reacted_at = decision_time = pool.now - pool.step_s
+            assert decision.signals["panic"] is True
+            break
+    assert reacted_at is not None, "no scale-up within 20 s of a 6x burst"
+    assert decision_time - burst_at <= 10.0
+    # The panic window's need, not the stable window's slowly rising average, sized the step.
+    assert pool.active_count() >= 12
+
+
+def test_oscillating_load_near_threshold_does_not_flap():
+    driver = Driver(make_spec(max_replicas=40))
+    pool = MiniPool(driver, replicas=5, ready_s=60.0, step_s=5.0)
+    # Load swings around the 5/6-replica boundary (0.9 target: 450 slots) every 50 s for an hour.
+    for k in range(720):
+        pool.step(load_slots=470 if (k // 10) % 2 == 0 else 420)
+    changes = driver.changes()
+    assert len(changes) <= 2, [(t, d.reasons) for t, d in changes]
+    assert pool.active_count() == 6
+
+
+def test_falling_load_drains_only_after_the_hold_window():
+    config = AutoscalerConfig()
+    driver = Driver(make_spec(max_replicas=40), config)
+    pool = MiniPool(driver, replicas=10, ready_s=60.0, step_s=5.0)
+    for _ in range(120):
+        pool.step(load_slots=850)
+    assert pool.active_count() == 10
+    drop_at = pool.now
+    first_drain = None
+    for _ in range(240):
+        decision = pool.step(load_slots=250)
+        if decision.drain and first_drain is None:
+            first_drain = pool.now - pool.step_s
+    assert first_drain is not None
+    assert first_drain - drop_at >= config.scale_down_hold_s - config.decision_interval_s
+    assert pool.active_count() == 3  # ceil(250 / 90)
+
+
+def test_never_drains_below_panic_need_even_when_target_drops():
+    # The stable window remembers a quiet minute, so the sized target is 1, but the last
+    # seconds are busier: the drain stops at what the panic window needs.
+    spec = make_spec(max_replicas=40)
+    state = AutoscalerState(
+        demand_samples=tuple((float(t), 0.5) for t in range(-60, -10, 5)),
+        desired_samples=tuple((float(t), 1) for t in range(-600, 0, 5)),
+    )
+    obs = PoolObservation(now=0.0, replicas=pool_at(6, 0.6))
+    decision, _ = decide(spec, obs, state)
+    assert decision.target_replicas == 1
+    assert decision.signals["panic_need"] == 4
+    assert len(decision.drain) == 2
+
+
+def test_min_and_max_replicas_are_respected():
+    spec = make_spec(min_replicas=2, max_replicas=5)
+    idle, _ = decide(spec, PoolObservation(now=0.0, replicas=pool_at(1, 0.0)), AutoscalerState())
+    flooded, _ = decide(spec, PoolObservation(now=0.0, replicas=pool_at(3, 1.0, queue=500)), AutoscalerState())
+    assert idle.target_replicas == 2 and len(idle.add) == 1
+    assert flooded.target_replicas == 5 and len(flooded.add) == 2
+    assert any("ceiling" in r for r in flooded.reasons)
