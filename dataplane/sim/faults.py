@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -24,9 +24,9 @@ class Faults:
     changed: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
 
     def as_dict(self) -> dict:
-        data = asdict(self)
-        data.pop("changed")
-        return data
+        # Not dataclasses.asdict: it would deep-copy the event and the futures waiting on it.
+        return {"health": self.health, "hang": self.hang, "crash_after_tokens": self.crash_after_tokens,
+                "slowdown": self.slowdown, "refuse": self.refuse}
 
     def update(self, patch: dict) -> None:
         """Apply a JSON patch from ``POST /_sim/faults``; unknown keys or bad values raise ValueError."""
