@@ -1,0 +1,31 @@
+terraform {
+  required_version = ">= 1.6"
+
+  required_providers {
+    aws = {
+      source  = "hashicorp/aws"
+      version = "~> 5.100"
+    }
+    random = {
+      source  = "hashicorp/random"
+      version = "~> 3.6"
+    }
+  }
+}
+
+provider "aws" {
+  region = var.primary.region
+
+  default_tags {
+    tags = local.tags
+  }
+}
+
+provider "aws" {
+  alias  = "secondary"
+  region = var.secondary.region
+
+  default_tags {
+    tags = local.tags
+  }
+}

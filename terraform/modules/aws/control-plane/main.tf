@@ -1,0 +1,186 @@
+data "aws_caller_identity" "current" {}
+data "aws_partition" "current" {}
+data "aws_region" "current" {}
+
+locals {
+  account_id = data.aws_caller_identity.current.account_id
+  partition  = data.aws_partition.current.partition
+
+  # What every role (api, worker, beat) is told about its surroundings. Secrets are
+  # injected separately by ECS from Secrets Manager.
+  environment = merge(var.environment, {
+    NIMBUS_CLOUD            = "aws"
+    NIMBUS_CLUSTER          = var.cluster_name
+    NIMBUS_PUBLIC_URL       = "https://${var.domain_name}"
+    NIMBUS_DATABASE_HOST    = aws_db_instance.this.address
+    NIMBUS_DATABASE_PORT    = tostring(aws_db_instance.this.port)
+    NIMBUS_DATABASE_NAME    = aws_db_instance.this.db_name
+    NIMBUS_DATABASE_USER    = aws_db_instance.this.username
+    NIMBUS_DATABASE_SSLMODE = "verify-full"
+    NIMBUS_REDIS_HOST       = aws_elasticache_replication_group.this.primary_endpoint_address
+    NIMBUS_REDIS_PORT       = tostring(aws_elasticache_replication_group.this.port)
+    NIMBUS_REDIS_TLS        = "true"
+    NIMBUS_AWS_REGION       = data.aws_region.current.name
+  })
+
+  secrets = {
+    NIMBUS_DATABASE_PASSWORD = "${aws_db_instance.this.master_user_secret[0].secret_arn}:password::"
+    NIMBUS_REDIS_PASSWORD    = aws_secretsmanager_secret.redis_auth.arn
+    NIMBUS_SECRET_KEY        = aws_secretsmanager_secret.app_key.arn
+  }
+
+  roles = {
+    api = {
+      command       = ["api"]
+      desired_count = var.api_count
+      cpu           = var.task_size.cpu
+      memory        = var.task_size.memory
+      load_balancer = { target_group_arn = module.alb.target_group_arn, container_port = var.api_port }
+    }
+    worker = {
+      command       = ["worker"]
+      desired_count = var.worker_count
+      cpu           = var.task_size.cpu
+      memory        = var.task_size.memory
+      load_balancer = null
+    }
+    # Exactly one beat: two schedulers would fire every periodic task twice.
+    beat = {
+      command       = ["beat"]
+      desired_count = 1
+      cpu           = 256
+      memory        = 512
+      load_balancer = null
+    }
+  }
+}
+
+resource "aws_ecs_cluster" "this" {
+  name = var.name
+
+  setting {
+    name  = "containerInsights"
+    value = "enabled"
+  }
+
+  configuration {
+    execute_command_configuration {
+      kms_key_id = var.kms_key_arn
+      logging    = "OVERRIDE"
+      log_configuration {
+        cloud_watch_encryption_enabled = true
+        cloud_watch_log_group_name     = aws_cloudwatch_log_group.exec.name
+      }
+    }
+  }
+
+  tags = var.tags
+}
+
+resource "aws_cloudwatch_log_group" "exec" {
+  name              = "/nimbus/ecs/${var.name}-exec"
+  retention_in_days = var.log_retention_days
+  kms_key_id        = var.kms_key_arn
+  tags              = var.tags
+}
+
+module "alb" {
+  source = "../https-alb"
+
+  name                = "${var.name}-cp"
+  vpc_id              = var.vpc_id
+  vpc_cidr            = var.vpc_cidr
+  public_subnet_ids   = var.public_subnet_ids
+  target_port         = var.api_port
+  health_check_path   = "/healthz"
+  domain_name         = var.domain_name
+  zone_id             = var.zone_id
+  log_bucket_id       = var.log_bucket_id
+  kms_key_arn         = var.kms_key_arn
+  log_retention_days  = var.log_retention_days
+  deletion_protection = var.deletion_protection
+  tags                = var.tags
+}
+
+resource "aws_security_group" "services" {
+  #checkov:skip=CKV2_AWS_5:Attached to the Fargate tasks through the ecs-service module (network_configuration.security_groups), which the graph check does not follow.
+  name_prefix = "${var.name}-cp-services-"
+  description = "Control plane tasks: API traffic from the load balancer only"
+  vpc_id      = var.vpc_id
+  tags        = merge(var.tags, { Name = "${var.name}-cp-services" })
+
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+resource "aws_vpc_security_group_ingress_rule" "api_from_alb" {
+  security_group_id            = aws_security_group.services.id
+  description                  = "API from the load balancer"
+  referenced_security_group_id = module.alb.security_group_id
+  ip_protocol                  = "tcp"
+  from_port                    = var.api_port
+  to_port                      = var.api_port
+}
+
+resource "aws_vpc_security_group_egress_rule" "services_postgres" {
+  security_group_id            = aws_security_group.services.id
+  description                  = "Postgres"
+  referenced_security_group_id = aws_security_group.postgres.id
+  ip_protocol                  = "tcp"
+  from_port                    = 5432
+  to_port                      = 5432
+}
+
+resource "aws_vpc_security_group_egress_rule" "services_redis" {
+  security_group_id            = aws_security_group.services.id
+  description                  = "Redis"
+  referenced_security_group_id = aws_security_group.redis.id
+  ip_protocol                  = "tcp"
+  from_port                    = 6379
+  to_port                      = 6379
+}
+
+# Cloud APIs (EC2 in every region, Compute Engine in multicloud) and node agents.
+resource "aws_vpc_security_group_egress_rule" "services_https" {
+  security_group_id = aws_security_group.services.id
+  description       = "HTTPS to cloud APIs"
+  cidr_ipv4         = "0.0.0.0/0"
+  ip_protocol       = "tcp"
+  from_port         = 443
+  to_port           = 443
+}
+
+resource "aws_vpc_security_group_egress_rule" "services_agents" {
+  for_each = toset(var.node_cidrs)
+
+  security_group_id = aws_security_group.services.id
+  description       = "Node agents in ${each.key}"
+  cidr_ipv4         = each.key
+  ip_protocol       = "tcp"
+  from_port         = var.agent_port
+  to_port           = var.agent_port
+}
+
+module "service" {
+  source   = "../ecs-service"
+  for_each = local.roles
+
+  name               = "${var.name}-${each.key}"
+  cluster_arn        = aws_ecs_cluster.this.arn
+  image              = var.image
+  command            = each.value.command
+  environment        = local.environment
+  secrets            = local.secrets
+  cpu                = each.value.cpu
+  memory             = each.value.memory
+  desired_count      = each.value.desired_count
+  subnet_ids         = var.private_subnet_ids
+  security_group_ids = [aws_security_group.services.id]
+  execution_role_arn = aws_iam_role.execution.arn
+  task_role_arn      = aws_iam_role.task.arn
+  load_balancer      = each.value.load_balancer
+  kms_key_arn        = var.kms_key_arn
+  log_retention_days = var.log_retention_days
+  tags               = var.tags
+}

@@ -1,0 +1,63 @@
+output "url" {
+  description = "Public HTTPS URL of the control plane API and console."
+  value       = module.alb.url
+}
+
+output "alb_dns_name" {
+  description = "AWS DNS name of the control plane load balancer."
+  value       = module.alb.dns_name
+}
+
+output "ecs_cluster_arn" {
+  description = "ECS cluster running the API, worker and beat services."
+  value       = aws_ecs_cluster.this.arn
+}
+
+output "services_security_group_id" {
+  description = "Security group of the control plane tasks (GPU nodes admit the agent port from it)."
+  value       = aws_security_group.services.id
+}
+
+output "task_role_arn" {
+  description = "Role the control plane runs as (the AWS provider's identity)."
+  value       = aws_iam_role.task.arn
+}
+
+output "database_endpoint" {
+  description = "Postgres endpoint (host:port)."
+  value       = aws_db_instance.this.endpoint
+}
+
+output "database_secret_arn" {
+  description = "Secrets Manager secret RDS keeps the Postgres master credentials in."
+  value       = aws_db_instance.this.master_user_secret[0].secret_arn
+}
+
+output "redis_host" {
+  description = "Primary endpoint of the Redis replication group (TLS)."
+  value       = aws_elasticache_replication_group.this.primary_endpoint_address
+}
+
+output "redis_port" {
+  description = "Port of the Redis replication group."
+  value       = aws_elasticache_replication_group.this.port
+}
+
+output "redis_auth_secret_arn" {
+  description = "Secrets Manager secret holding the Redis AUTH token."
+  value       = aws_secretsmanager_secret.redis_auth.arn
+}
+
+output "app_key_secret_arn" {
+  description = "Secrets Manager secret holding the control plane signing key (edges verify tokens with it)."
+  value       = aws_secretsmanager_secret.app_key.arn
+}
+
+output "edge_secret_values" {
+  description = "Values of the edge secrets, for copying into another cloud's secret store (multicloud)."
+  value = {
+    NIMBUS_REDIS_PASSWORD = random_password.redis_auth.result
+    NIMBUS_SECRET_KEY     = random_password.app_key.result
+  }
+  sensitive = true
+}

@@ -1,0 +1,49 @@
+locals {
+  full_name = "${var.name}-edge-${var.region}"
+}
+
+# The edge calls no Google API; its identity only reads its own secrets.
+resource "google_service_account" "edge" {
+  project      = var.project_id
+  account_id   = substr("${var.name}-edge-${replace(var.region, "-", "")}", 0, 30)
+  display_name = "Nimbus edge ${var.region}"
+}
+
+resource "google_secret_manager_secret_iam_member" "edge" {
+  for_each = var.secrets
+
+  project   = var.project_id
+  secret_id = each.value
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.edge.email}"
+}
+
+module "service" {
+  source = "../run-service"
+
+  project_id            = var.project_id
+  name                  = local.full_name
+  region                = var.region
+  image                 = var.image
+  args                  = ["edge"]
+  port                  = var.port
+  service_account_email = google_service_account.edge.email
+  environment = {
+    NIMBUS_CLOUD             = "gcp"
+    NIMBUS_REGION            = var.region
+    NIMBUS_PUBLIC_URL        = "https://${var.domain_name}"
+    NIMBUS_CONTROL_PLANE_URL = var.control_plane_url
+    NIMBUS_EDGE_PORT         = tostring(var.port)
+    NIMBUS_REDIS_HOST        = var.redis.host
+    NIMBUS_REDIS_PORT        = tostring(var.redis.port)
+    NIMBUS_REDIS_TLS         = "true"
+  }
+  secrets             = var.secrets
+  network             = var.network
+  scaling             = var.scaling
+  request_timeout     = "3600s"
+  deletion_protection = var.deletion_protection
+  labels              = var.labels
+
+  depends_on = [google_secret_manager_secret_iam_member.edge]
+}
