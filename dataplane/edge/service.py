@@ -35,7 +35,15 @@ from dataplane.edge.prefix import PrefixIndex, block_hashes
 from dataplane.edge.response_cache import ResponseCache, cache_key
 from dataplane.edge.router import Router, Ticket
 from dataplane.edge.settings import EdgeSettings
-from dataplane.edge.sse import DONE, SseSplitter, error_event, is_error_event, token_counts, usage_of_event
+from dataplane.edge.sse import (
+    DONE,
+    SseSplitter,
+    carries_output,
+    error_event,
+    is_error_event,
+    token_counts,
+    usage_of_event,
+)
 from dataplane.edge.usage import UsageRecorder, make_event
 from dataplane.edge.validation import (
     CHAT,
@@ -409,10 +417,11 @@ class EdgeService:
         saw_done = False
         upstream_error = False
         failure: BaseException | None = None
+        held: list[bytes] = []  # the role-only opening chunk, held until the first token exists
         last = 0.0
         try:
             async for chunk in resp.content.iter_any():
-                out = []
+                out = held
                 for event in splitter.feed(chunk):
                     if event.startswith(b"data: [DONE]"):
                         saw_done = True
@@ -432,6 +441,10 @@ class EdgeService:
                     continue
                 now = time.monotonic()
                 if not st.response_started:
+                    if not any(carries_output(ev) for ev in out):
+                        held = out  # nothing generated yet: a failure now can still be retried elsewhere
+                        continue
+                    held = []
                     st.ttft_ms = (now - st.t0) * 1000
                     self.metrics.ttft.labels(*labels).observe(now - st.t0)
                     self.router.first_byte(ticket, st.ttft_ms)
@@ -442,6 +455,7 @@ class EdgeService:
                     itl_hist.observe(now - last)
                 last = now
                 await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                out.clear()
                 if saw_done:
                     break
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:

@@ -66,3 +66,29 @@ def token_counts(usage: dict[str, Any] | None) -> tuple[int, int, int]:
     details = usage.get("prompt_tokens_details") or {}
     return (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
             int(details.get("cached_tokens") or 0))
+
+
+def carries_output(event: bytes) -> bool:
+    """Does this event carry generated output (or end the stream), as opposed to the role-only opening
+    chunk an engine sends before prefill? Only called until the first such event."""
+    payload = event.strip()
+    if not payload.startswith(b"data:"):
+        return False
+    body = payload[5:].strip()
+    if body == b"[DONE]":
+        return True
+    try:
+        obj = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return True
+    if not isinstance(obj, dict):
+        return True
+    if "error" in obj or obj.get("usage"):
+        return True
+    for choice in obj.get("choices") or ():
+        if not isinstance(choice, dict):
+            return True
+        delta = choice.get("delta") or {}
+        if choice.get("text") or choice.get("finish_reason") or delta.get("content") or delta.get("tool_calls"):
+            return True
+    return False
