@@ -8,13 +8,48 @@ entries (the shared blocklist), and applies the result under its lease.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from infra.errors import ProviderError, Scope
 from infra.placement import DEFAULT_COOLDOWNS, BlockEntry, Candidate, block_for
-from infra.provider import Instance
+from infra.provider import (
+    MANAGED_BY,
+    MANAGED_BY_VALUE,
+    TAG_CLUSTER,
+    TAG_NODE_ID,
+    Instance,
+    InstanceState,
+    Provider,
+)
+
+
+def attempt_token(operation_id: str, candidate: Candidate) -> str:
+    """The idempotency token for launching ``operation_id`` on ``candidate``.
+
+    Stable when the same attempt is retried (a Celery retry, a worker crash), new for
+    every other candidate, and short enough for EC2's 64-character ``ClientToken``.
+    """
+    c = candidate
+    digest = hashlib.sha256(f"{c.cloud}/{c.region}/{c.zone}/{c.instance_type}/{c.spot}".encode()).hexdigest()
+    return f"{operation_id[:40]}-{digest[:16]}"
+
+
+def find_launched(places: Iterable[tuple[Provider, str]], cluster: str, node_id: str) -> Instance | None:
+    """A live VM already launched for ``node_id`` in any of the (provider, region) pairs.
+
+    Call this before walking the candidates: if a worker died after the cloud accepted
+    a launch but before the result was recorded, the retry adopts that VM instead of
+    creating a second one elsewhere (SkyPilot counts by tag for the same reason).
+    """
+    tags = {MANAGED_BY: MANAGED_BY_VALUE, TAG_CLUSTER: cluster, TAG_NODE_ID: node_id}
+    for provider, region in places:
+        for instance in provider.list_by_tag(region, tags):
+            if instance.state != InstanceState.TERMINATED:
+                return instance
+    return None
 
 
 @dataclass(frozen=True)

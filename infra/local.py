@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,6 +61,20 @@ def _alive(pid: int, started: int | None) -> bool:
         return False
     # Same pid but a different start time: the pid was reused by another process.
     return started is None or stat[1] == started
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def _fill(part: str, fields: Mapping[str, str]) -> str:
+    """Replace ``{name}`` placeholders only, so inline code with dict literals survives."""
+
+    def one(match: re.Match[str]) -> str:
+        if match[1] not in fields:
+            raise ConfigError(f"unknown placeholder {match[0]} in local command", code="BadCommandTemplate")
+        return fields[match[1]]
+
+    return _PLACEHOLDER.sub(one, part)
 
 
 class LocalProvider:
@@ -152,10 +167,7 @@ class LocalProvider:
             "config_path": str(config_path),
             "python": sys.executable,
         }
-        try:
-            argv = [part.format(**fields) for part in self.command]
-        except (KeyError, IndexError) as exc:
-            raise ConfigError(f"bad local command template: {exc}", code="BadCommandTemplate") from exc
+        argv = [_fill(part, fields) for part in self.command]
         # The child keeps its own copy of the log descriptor; ours closes with the block.
         with open(instance_dir / "agent.log", "ab") as log:
             proc = self._spawn(argv, instance_dir, env, log)

@@ -60,10 +60,12 @@ class InstanceState(enum.StrEnum):
 class LaunchRequest:
     """Everything needed to create one node.
 
-    ``idempotency_token`` must be stable across retries of the same logical launch
-    (the node id, or the provisioning operation id): EC2 ``ClientToken`` and GCE
-    ``requestId`` are derived from it, so a retried Celery task never creates a second
-    VM. ``tags`` should include :func:`ownership_tags`; adapters add ``managed-by``,
+    ``idempotency_token`` must be stable across retries of the same *attempt* (same
+    operation, same candidate) and different for the next failover candidate: EC2
+    ``ClientToken`` and GCE ``requestId`` are derived from it, so a retried Celery task
+    never creates a second VM, while EC2 rejects a reused token with other parameters
+    and GCE answers it with the first attempt's (failed) operation. Use
+    :func:`infra.failover.attempt_token`. ``tags`` should include :func:`ownership_tags`; adapters add ``managed-by``,
     ``nimbus-cluster`` and ``nimbus-node-id`` from the request themselves anyway.
     """
 

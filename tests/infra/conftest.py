@@ -124,10 +124,22 @@ def gcp(gce: GceDouble) -> GcpProvider:
     )
 
 
+# A harmless stand-in for the node agent: it records what it was started with, then idles.
+SLEEPER = (
+    "{python}",
+    "-c",
+    "import json, os, sys, time; "
+    "json.dump({'argv': sys.argv[1:], 'env': {k: v for k, v in os.environ.items() if k.startswith('NIMBUS_')}}, "
+    "open('started.json', 'w')); time.sleep(60)",
+    "{node_id}",
+    "{config_path}",
+)
+
+
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[LocalProvider]:
-    """A local provider whose instances are all terminated when the test ends."""
-    provider = LocalProvider(tmp_path / "local-cloud", stop_grace=2.0)
+    """A local provider running SLEEPER; every instance is terminated when the test ends."""
+    provider = LocalProvider(tmp_path / "local-cloud", SLEEPER, stop_grace=2.0)
     try:
         yield provider
     finally:

@@ -62,7 +62,7 @@ class GceDouble:
         self._ids = itertools.count(4_000_000_000_000_000_001)
         self._lock = threading.RLock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     # -- lifecycle -----------------------------------------------------------------
     @property
