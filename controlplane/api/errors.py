@@ -8,7 +8,7 @@ import msgspec
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError
 
 from controlplane.schemas.common import FieldProblem, ProblemDetail
 from controlplane.services.errors import ServiceError
@@ -64,6 +64,11 @@ def handle_integrity(request: Request, exc: IntegrityError) -> Response:
     return problem(request, 409, "conflicts with existing data")
 
 
+def handle_data_error(request: Request, exc: DataError) -> Response:
+    # Values the database cannot store (NUL bytes in text, out-of-range numbers) are client errors.
+    return problem(request, 400, "a value in the request cannot be stored (e.g. a NUL byte or an out-of-range number)")
+
+
 def handle_unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem(request, HTTP_500_INTERNAL_SERVER_ERROR, "internal error; it has been logged")
@@ -73,6 +78,7 @@ EXCEPTION_HANDLERS = {
     ValidationException: handle_validation,
     ServiceError: handle_service,
     IntegrityError: handle_integrity,
+    DataError: handle_data_error,
     HTTPException: handle_http,
     Exception: handle_unexpected,
 }

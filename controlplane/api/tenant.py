@@ -10,13 +10,14 @@ import datetime as dt
 import uuid
 from typing import Annotated
 
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, Request
 from litestar.di import Provide
 from litestar.params import Parameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.api.admin.tenants import LimitParam, OffsetParam
 from controlplane.api.deps import provide_tenant
+from controlplane.api.routing import delete, get, post
 from controlplane.db.types import utcnow
 from controlplane.schemas.common import Page
 from controlplane.schemas.tenancy import KeyCreate, KeyCreated, KeyOut, TenantOut

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, get, post
+from litestar import Controller
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from controlplane.api.routing import get, post
 from controlplane.schemas.catalog import CatalogImportResult, RegionOut
 from controlplane.services import audit, catalog
 from controlplane.services.principal import Principal

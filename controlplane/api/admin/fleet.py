@@ -3,11 +3,12 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from litestar import Controller, get
+from litestar import Controller
 from litestar.params import Parameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.api.admin.tenants import LimitParam, OffsetParam
+from controlplane.api.routing import get
 from controlplane.models import NodeState, OperationState, ReplicaState
 from controlplane.schemas.common import Page
 from controlplane.schemas.fleet import AuditOut, NodeOut, OperationOut, ReplicaOut

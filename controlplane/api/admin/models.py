@@ -3,11 +3,12 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from litestar import Controller, delete, get, patch, post
+from litestar import Controller
 from litestar.params import Parameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.api.admin.tenants import LimitParam, OffsetParam
+from controlplane.api.routing import delete, get, patch, post
 from controlplane.schemas.catalog import (
     ModelCreate,
     ModelOut,

@@ -3,10 +3,11 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from litestar import Controller, Request, delete, get, patch, post, put
+from litestar import Controller, Request
 from litestar.params import Parameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from controlplane.api.routing import delete, get, patch, post, put
 from controlplane.models import TenantStatus
 from controlplane.schemas.common import Page
 from controlplane.schemas.tenancy import (
