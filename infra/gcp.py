@@ -13,6 +13,12 @@ treat it as opaque. Labels are GCP's tags and only allow ``[a-z0-9_-]`` (see
 
 GCE reports capacity problems *inside* the zone operation rather than on the insert
 call, so :meth:`GcpProvider.launch` waits for the operation before it returns.
+
+Overriding ``metadata``, ``labels`` or ``networkInterfaces`` on insert replaces the
+template's value rather than merging into it, and the template's metadata carries
+security settings (OS Login, no project SSH keys, serial port off). So the adapter
+reads the template once (templates are immutable, the result is cached) and sends
+the template's items merged with the node's own.
 """
 
 from __future__ import annotations
@@ -177,13 +183,34 @@ def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 
 
-def insert_request(project: str, req: LaunchRequest) -> compute_v1.InsertInstanceRequest:
-    """The ``instances.insert`` call for one node (pure, so tests can read it)."""
+_TEMPLATE_LINK = re.compile(
+    r"projects/(?P<project>[^/]+)/(?:global|regions/(?P<region>[^/]+))/instanceTemplates/(?P<name>[^/]+)$"
+)
+
+
+def parse_template(template_id: str) -> tuple[str, str | None, str]:
+    """(project, region or None for a global template, name) from a template link."""
+    m = _TEMPLATE_LINK.search(template_id)
+    if not m:
+        raise ConfigError(f"not an instance template link: {template_id!r}", code="BadTemplateLink", scope="region")
+    return m["project"], m["region"], m["name"]
+
+
+def insert_request(
+    project: str, req: LaunchRequest, template: compute_v1.InstanceProperties | None = None
+) -> compute_v1.InsertInstanceRequest:
+    """The ``instances.insert`` call for one node (pure, so tests can read it).
+
+    ``template`` is the source template's properties: its metadata items, labels and
+    network interface are carried over because overriding a field replaces it whole.
+    """
+    template = template or compute_v1.InstanceProperties()
+    items = {i.key: i.value for i in template.metadata.items} | {"user-data": req.user_data}
     resource = compute_v1.Instance(
         name=instance_name(req.node_id),
         machine_type=f"zones/{req.zone}/machineTypes/{req.instance_type}",
-        labels=to_labels(req.all_tags()),
-        metadata=compute_v1.Metadata(items=[compute_v1.Items(key="user-data", value=req.user_data)]),
+        labels={**template.labels, **to_labels(req.all_tags())},
+        metadata=compute_v1.Metadata(items=[compute_v1.Items(key=k, value=v) for k, v in items.items()]),
     )
     if req.spot:
         # SPOT VMs must not live-migrate or restart; DELETE leaves nothing to sweep.
@@ -194,7 +221,12 @@ def insert_request(project: str, req: LaunchRequest) -> compute_v1.InsertInstanc
             automatic_restart=False,
         )
     if req.subnet:
-        resource.network_interfaces = [compute_v1.NetworkInterface(subnetwork=req.subnet)]
+        nics = [compute_v1.NetworkInterface(nic) for nic in template.network_interfaces] or [
+            compute_v1.NetworkInterface()
+        ]
+        nics[0].subnetwork = req.subnet
+        del nics[0].network  # implied by the subnetwork; the template's could conflict
+        resource.network_interfaces = nics
     return compute_v1.InsertInstanceRequest(
         project=project,
         zone=req.zone,
@@ -254,6 +286,13 @@ class GcpProvider:
         self._operations = compute_v1.ZoneOperationsClient(
             credentials=credentials, client_options=options, transport="rest"
         )
+        self._region_templates = compute_v1.RegionInstanceTemplatesClient(
+            credentials=credentials, client_options=options, transport="rest"
+        )
+        self._global_templates = compute_v1.InstanceTemplatesClient(
+            credentials=credentials, client_options=options, transport="rest"
+        )
+        self._template_cache: dict[str, compute_v1.InstanceProperties] = {}
         self._retry_policy = retry_policy
         self._operation_timeout = operation_timeout
         self._sleep = sleep
@@ -284,8 +323,20 @@ class GcpProvider:
         if err := operation_error(op):
             raise err
 
+    def _template(self, template_id: str) -> compute_v1.InstanceProperties:
+        """The template's properties; cached because instance templates are immutable."""
+        if template_id not in self._template_cache:
+            project, region, name = parse_template(template_id)
+            if region:
+                fn, kw = self._region_templates.get, {"region": region}
+            else:
+                fn, kw = self._global_templates.get, {}
+            found = self._call(fn, project=project, instance_template=name, **kw)
+            self._template_cache[template_id] = found.properties
+        return self._template_cache[template_id]
+
     def launch(self, req: LaunchRequest) -> Instance:
-        request = insert_request(self.project, req)
+        request = insert_request(self.project, req, self._template(req.template_id))
         name = request.instance_resource.name
         try:
             op = self._call(self._instances.insert_unary, request=request)

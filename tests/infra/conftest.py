@@ -24,7 +24,25 @@ from tests.infra.gce_double import GceDouble
 
 AWS_REGION = "us-east-1"
 GCP_PROJECT = "nimbus-test"
-GCP_TEMPLATE = f"projects/{GCP_PROJECT}/global/instanceTemplates/nimbus-gpu-us-central1"
+GCP_TEMPLATE = (
+    f"https://www.googleapis.com/compute/v1/projects/{GCP_PROJECT}/regions/us-central1/instanceTemplates/nimbus-gpu-1"
+)
+GCP_TEMPLATE_EAST4 = f"projects/{GCP_PROJECT}/regions/us-east4/instanceTemplates/nimbus-gpu-2"
+# What Terraform's regional template holds that a naive override would drop.
+GCP_TEMPLATE_PROPERTIES = {
+    "machineType": "g2-standard-8",
+    "labels": {"managed-by": "nimbus", "nimbus-cluster": "prod-eu", "cost-center": "ml"},
+    "metadata": {
+        "items": [
+            {"key": "block-project-ssh-keys", "value": "true"},
+            {"key": "enable-oslogin", "value": "TRUE"},
+            {"key": "serial-port-enable", "value": "false"},
+        ]
+    },
+    "networkInterfaces": [
+        {"network": "projects/nimbus-test/global/networks/nimbus", "subnetwork": "regions/us-central1/subnetworks/gpu", "stackType": "IPV4_ONLY"}
+    ],
+}
 
 
 def _free_port() -> int:
@@ -107,7 +125,8 @@ def aws(moto_endpoint: str, aws_session: boto3.Session, ec2: Any) -> AwsProvider
 @pytest.fixture
 def gce() -> Iterator[GceDouble]:
     double = GceDouble(GCP_PROJECT, operation_polls=2).start()
-    double.add_template(GCP_TEMPLATE)
+    double.add_template(GCP_TEMPLATE, GCP_TEMPLATE_PROPERTIES)
+    double.add_template(GCP_TEMPLATE_EAST4, GCP_TEMPLATE_PROPERTIES)
     try:
         yield double
     finally:

@@ -3,7 +3,7 @@ Compute Engine v1 API that ``infra.gcp`` uses, so the real ``google-cloud-comput
 client (REST transport) can be driven end to end without Google.
 
 Implemented: instances insert/get/delete/list/aggregatedList (label filters),
-zone operations get/wait, ``requestId`` idempotency, ``alreadyExists`` on duplicate
+zone operations get/wait, global and regional instance templates get, ``requestId`` idempotency, ``alreadyExists`` on duplicate
 names, unknown instance templates, and injectable errors per zone, either as an HTTP
 error on the insert call or as an error inside the zone operation (which is how GCE
 reports ``ZONE_RESOURCE_POOL_EXHAUSTED``). Operations stay RUNNING for
@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlparse
 
 _ZONE_PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/(?P<rest>.+)$")
 _AGGREGATED = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/aggregated/instances$")
+_TEMPLATE = re.compile(r"projects/[^/]+/(?:global|regions/[^/]+)/instanceTemplates/[^/]+$")
 _LABEL_TERM = re.compile(r'labels\.(?P<key>[a-z0-9_-]+)\s*=\s*"(?P<value>[^"]*)"')
 
 
@@ -54,7 +55,7 @@ class GceDouble:
         self.operation_polls = operation_polls
         self.instances: dict[tuple[str, str], dict[str, Any]] = {}  # (zone, name) → resource
         self.operations: dict[tuple[str, str], dict[str, Any]] = {}  # (zone, op name) → op
-        self.templates: set[str] = set()
+        self.templates: dict[str, dict[str, Any]] = {}  # "projects/…/instanceTemplates/x" → properties
         self.requests: list[dict[str, Any]] = []
         self._by_request_id: dict[str, tuple[str, str]] = {}
         self._pending: dict[tuple[str, str], tuple[int, Any]] = {}  # op → (polls left, on_done)
@@ -80,8 +81,9 @@ class GceDouble:
         self._thread.join(timeout=5)
 
     # -- test controls -------------------------------------------------------------
-    def add_template(self, self_link: str) -> None:
-        self.templates.add(self_link)
+    def add_template(self, link: str, properties: dict[str, Any] | None = None) -> None:
+        """Register a template (full self link or ``projects/…`` path) and its properties."""
+        self.templates[_template_key(link)] = properties or {}
 
     def inject(self, error: InjectedError) -> None:
         with self._lock:
@@ -129,6 +131,11 @@ class GceDouble:
             self.requests.append({"method": method, "path": path, "query": query, "body": body})
             if m := _AGGREGATED.match(path):
                 return self._aggregated(query)
+            if method == "GET" and (m := _TEMPLATE.search(path)):
+                props = self.templates.get(m[0])
+                if props is None:
+                    return _http_error(404, "notFound", f"The resource '{m[0]}' was not found")
+                return 200, {"kind": "compute#instanceTemplate", "name": m[0].rsplit("/", 1)[-1], "properties": props}
             m = _ZONE_PATH.match(path)
             if not m or m["project"] != self.project:
                 return _http_error(404, "notFound", f"no route for {method} {path}")
@@ -161,7 +168,7 @@ class GceDouble:
             self._pending[(zone, op["name"])] = (self.operation_polls, ("error", injected))
             return 200, op
         template = query.get("sourceInstanceTemplate")
-        if template is not None and self.templates and template not in self.templates:
+        if template is not None and _template_key(template) not in self.templates:
             return _http_error(404, "notFound", f"The resource '{template}' was not found")
         name = body.get("name", "")
         if (zone, name) in self.instances:
@@ -260,6 +267,11 @@ class GceDouble:
             if _matches(inst, query):
                 items.setdefault(f"zones/{zone}", {"instances": []})["instances"].append(inst)
         return 200, {"kind": "compute#instanceAggregatedList", "items": items}
+
+
+def _template_key(link: str) -> str:
+    m = _TEMPLATE.search(link)
+    return m[0] if m else link
 
 
 def _matches(instance: dict[str, Any], query: dict[str, str]) -> bool:

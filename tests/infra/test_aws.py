@@ -182,3 +182,14 @@ def test_long_tokens_are_hashed_to_ec2_limit():
     assert len(client_token(token)) == 64
     assert client_token(token) == client_token(token)
     assert client_token("short") == "short"
+
+
+def test_capacity_error_in_the_request_path_surfaces_typed_and_launches_nothing(aws: AwsProvider, ec2, aws_template):
+    def no_capacity(**kwargs):
+        raise client_error("InsufficientInstanceCapacity", 500, "We currently do not have sufficient capacity")
+
+    aws._client(AWS_REGION).meta.events.register("before-call.ec2.RunInstances", no_capacity)
+    with pytest.raises(CapacityError) as info:
+        aws.launch(request(aws_template, 1, spot=True))
+    assert info.value.scope == "zone" and info.value.code == "InsufficientInstanceCapacity"
+    assert ec2.describe_instances()["Reservations"] == []

@@ -12,7 +12,7 @@ from infra.failover import attempt_token, find_launched, launch_first_available
 from infra.gcp import GcpProvider
 from infra.placement import VariantNeeds, candidates
 from infra.provider import LaunchRequest, ownership_tags
-from tests.infra.conftest import GCP_PROJECT, catalog_dict
+from tests.infra.conftest import GCP_PROJECT, GCP_TEMPLATE_EAST4, catalog_dict
 from tests.infra.gce_double import GceDouble, InjectedError
 
 NEEDS = VariantNeeds(gpu_count=1, gpu_memory_gb=24)
@@ -22,7 +22,8 @@ def gcp_catalog():
     data = catalog_dict()
     region = data["clouds"][1]["regions"][0]
     region["zones"].append({"name": "us-central1-c"})
-    second = {**region, "name": "us-east4", "zones": [{"name": "us-east4-a"}]}
+    template = {"kind": "gcp_instance_template", "id": GCP_TEMPLATE_EAST4}
+    second = {**region, "name": "us-east4", "zones": [{"name": "us-east4-a"}], "template": template}
     data["clouds"][1]["regions"].append(second)
     return load_catalog(data)
 

@@ -17,7 +17,7 @@ from infra.gcp import (
     to_label,
 )
 from infra.provider import InstanceState, LaunchRequest, ownership_tags
-from tests.infra.conftest import GCP_TEMPLATE
+from tests.infra.conftest import GCP_TEMPLATE, GCP_TEMPLATE_PROPERTIES
 from tests.infra.gce_double import GceDouble, InjectedError
 
 REGION = "us-central1"
@@ -54,16 +54,22 @@ def test_launch_inserts_from_template_with_labels_user_data_and_spot(gcp: GcpPro
     assert body["name"] == "nimbus-node-1"
     assert body["machineType"] == "zones/us-central1-a/machineTypes/g2-standard-8"
     assert body["labels"] == {
+        "cost-center": "ml",  # kept from the template
         "managed-by": "nimbus",
         "nimbus-cluster": "prod-eu",
         "nimbus-node-id": "node_1",
         "nimbus-pool-id": "pool-1",
         "team": "ml-infra",
     }
-    assert body["metadata"]["items"] == [{"key": "user-data", "value": USER_DATA}]
+    assert body["metadata"]["items"] == [
+        *GCP_TEMPLATE_PROPERTIES["metadata"]["items"],  # the template's security settings survive
+        {"key": "user-data", "value": USER_DATA},
+    ]
     assert body["scheduling"]["provisioningModel"] == "SPOT"
     assert body["scheduling"]["instanceTerminationAction"] == "DELETE"
-    assert body["networkInterfaces"] == [{"subnetwork": "projects/p/regions/us-central1/subnetworks/gpu"}]
+    assert body["networkInterfaces"] == [
+        {"subnetwork": "projects/p/regions/us-central1/subnetworks/gpu", "stackType": "IPV4_ONLY"}
+    ]
 
     # launch waited on the zone operation (RUNNING for 2 polls) before describing.
     waits = [r for r in gce.requests if r["path"].endswith("/wait")]
@@ -75,10 +81,18 @@ def test_launch_inserts_from_template_with_labels_user_data_and_spot(gcp: GcpPro
     assert inst.tags["nimbus-node-id"] == "node_1"
 
 
-def test_on_demand_launch_has_no_spot_scheduling(gcp: GcpProvider, gce: GceDouble):
+def test_on_demand_launch_has_no_spot_scheduling_and_keeps_template_nic(gcp: GcpProvider, gce: GceDouble):
     inst = gcp.launch(request(2, spot=False))
-    assert "scheduling" not in inserts(gce)[0]["body"]
+    body = inserts(gce)[0]["body"]
+    assert "scheduling" not in body
+    assert "networkInterfaces" not in body  # no subnet override: the template's NIC applies
     assert inst.spot is False
+
+
+def test_template_is_read_once(gcp: GcpProvider, gce: GceDouble):
+    for n in range(3):
+        gcp.launch(request(n))
+    assert sum("instanceTemplates" in r["path"] for r in gce.requests) == 1
 
 
 def test_retried_launch_reuses_request_id_and_instance(gcp: GcpProvider, gce: GceDouble):
