@@ -63,8 +63,7 @@ module "gcp" {
     }
   }
   external_control_plane = {
-    url   = module.aws.control_plane_url
-    redis = module.aws.redis
+    url = module.aws.control_plane_url
   }
   external_control_plane_aws_identity = {
     account_id = module.aws.account_id

@@ -91,9 +91,9 @@ resource "aws_db_instance" "this" {
   db_name        = "nimbus"
   username       = "nimbus"
 
-  # RDS generates the master password, keeps it in Secrets Manager and rotates it.
-  manage_master_user_password   = true
-  master_user_secret_kms_key_id = var.kms_key_arn
+  # Generated, never written down: it reaches the services only inside the
+  # NIMBUS_DATABASE_URL secret.
+  password = random_password.this["database"].result
 
   allocated_storage     = var.db_allocated_storage_gb
   max_allocated_storage = var.db_allocated_storage_gb * 10
@@ -166,26 +166,6 @@ resource "aws_vpc_security_group_ingress_rule" "redis_from_edges" {
   to_port           = 6379
 }
 
-# AUTH tokens allow printable ASCII without space, quotes, @ and /; letters and digits
-# keep the token safe in every client URL.
-resource "random_password" "redis_auth" {
-  length  = 64
-  special = false
-}
-
-resource "aws_secretsmanager_secret" "redis_auth" {
-  #checkov:skip=CKV2_AWS_57:The AUTH token is rotated with ElastiCache's ROTATE strategy (both tokens valid during the change), not by a Secrets Manager Lambda.
-  name_prefix = "${var.name}/redis-auth-"
-  description = "AUTH token of the Nimbus Redis replication group"
-  kms_key_id  = var.kms_key_arn
-  tags        = var.tags
-}
-
-resource "aws_secretsmanager_secret_version" "redis_auth" {
-  secret_id     = aws_secretsmanager_secret.redis_auth.id
-  secret_string = random_password.redis_auth.result
-}
-
 resource "aws_cloudwatch_log_group" "redis" {
   name              = "/nimbus/${var.name}/redis-slow-log"
   retention_in_days = var.log_retention_days
@@ -210,7 +190,7 @@ resource "aws_elasticache_replication_group" "this" {
   at_rest_encryption_enabled = true
   kms_key_id                 = var.kms_key_arn
   transit_encryption_enabled = true
-  auth_token                 = random_password.redis_auth.result
+  auth_token                 = local.redis_auth
   auth_token_update_strategy = "ROTATE"
 
   auto_minor_version_upgrade = true
@@ -224,23 +204,4 @@ resource "aws_elasticache_replication_group" "this" {
   }
 
   tags = var.tags
-}
-
-# The application's signing key (console sessions, agent and edge tokens).
-resource "random_password" "app_key" {
-  length  = 64
-  special = false
-}
-
-resource "aws_secretsmanager_secret" "app_key" {
-  #checkov:skip=CKV2_AWS_57:Rotating the signing key invalidates every session and node token; it is rotated by a planned deploy, not on a timer.
-  name_prefix = "${var.name}/app-key-"
-  description = "Signing key of the Nimbus control plane"
-  kms_key_id  = var.kms_key_arn
-  tags        = var.tags
-}
-
-resource "aws_secretsmanager_secret_version" "app_key" {
-  secret_id     = aws_secretsmanager_secret.app_key.id
-  secret_string = random_password.app_key.result
 }

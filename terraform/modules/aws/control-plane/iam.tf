@@ -30,13 +30,9 @@ resource "aws_iam_role_policy_attachment" "execution" {
 
 data "aws_iam_policy_document" "execution_secrets" {
   statement {
-    sid     = "ReadServiceSecrets"
-    actions = ["secretsmanager:GetSecretValue"]
-    resources = [
-      aws_db_instance.this.master_user_secret[0].secret_arn,
-      aws_secretsmanager_secret.redis_auth.arn,
-      aws_secretsmanager_secret.app_key.arn,
-    ]
+    sid       = "ReadServiceSecrets"
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = [for secret in aws_secretsmanager_secret.this : secret.arn]
   }
 
   statement {

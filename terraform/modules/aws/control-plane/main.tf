@@ -6,27 +6,23 @@ locals {
   account_id = data.aws_caller_identity.current.account_id
   partition  = data.aws_partition.current.partition
 
-  # What every role (api, worker, beat) is told about its surroundings. Secrets are
-  # injected separately by ECS from Secrets Manager.
+  # What every role (api, worker, beat) is told about its surroundings, in the
+  # NIMBUS_* variables of controlplane/config.py. Credentials come as secrets.
   environment = merge(var.environment, {
-    NIMBUS_CLOUD            = "aws"
-    NIMBUS_CLUSTER          = var.cluster_name
-    NIMBUS_PUBLIC_URL       = "https://${var.domain_name}"
-    NIMBUS_DATABASE_HOST    = aws_db_instance.this.address
-    NIMBUS_DATABASE_PORT    = tostring(aws_db_instance.this.port)
-    NIMBUS_DATABASE_NAME    = aws_db_instance.this.db_name
-    NIMBUS_DATABASE_USER    = aws_db_instance.this.username
-    NIMBUS_DATABASE_SSLMODE = "verify-full"
-    NIMBUS_REDIS_HOST       = aws_elasticache_replication_group.this.primary_endpoint_address
-    NIMBUS_REDIS_PORT       = tostring(aws_elasticache_replication_group.this.port)
-    NIMBUS_REDIS_TLS        = "true"
-    NIMBUS_AWS_REGION       = data.aws_region.current.name
+    NIMBUS_PUBLIC_URL   = "https://${var.domain_name}"
+    NIMBUS_CLUSTER_NAME = var.cluster_name
+    NIMBUS_STATE_DIR    = "/tmp/nimbus"
+    NIMBUS_API_PORT     = tostring(var.api_port)
+    AWS_REGION          = data.aws_region.current.name
   })
 
   secrets = {
-    NIMBUS_DATABASE_PASSWORD = "${aws_db_instance.this.master_user_secret[0].secret_arn}:password::"
-    NIMBUS_REDIS_PASSWORD    = aws_secretsmanager_secret.redis_auth.arn
-    NIMBUS_SECRET_KEY        = aws_secretsmanager_secret.app_key.arn
+    NIMBUS_DATABASE_URL   = aws_secretsmanager_secret.this["database-url"].arn
+    NIMBUS_BROKER_URL     = aws_secretsmanager_secret.this["broker-url"].arn
+    NIMBUS_REDIS_URL      = aws_secretsmanager_secret.this["redis-url"].arn
+    NIMBUS_ADMIN_TOKEN    = aws_secretsmanager_secret.this["admin-token"].arn
+    NIMBUS_EDGE_TOKEN     = aws_secretsmanager_secret.this["edge-token"].arn
+    NIMBUS_SESSION_SECRET = aws_secretsmanager_secret.this["session-secret"].arn
   }
 
   roles = {

@@ -28,11 +28,6 @@ output "database_endpoint" {
   value       = aws_db_instance.this.endpoint
 }
 
-output "database_secret_arn" {
-  description = "Secrets Manager secret RDS keeps the Postgres master credentials in."
-  value       = aws_db_instance.this.master_user_secret[0].secret_arn
-}
-
 output "redis_host" {
   description = "Primary endpoint of the Redis replication group (TLS)."
   value       = aws_elasticache_replication_group.this.primary_endpoint_address
@@ -43,21 +38,19 @@ output "redis_port" {
   value       = aws_elasticache_replication_group.this.port
 }
 
-output "redis_auth_secret_arn" {
-  description = "Secrets Manager secret holding the Redis AUTH token."
-  value       = aws_secretsmanager_secret.redis_auth.arn
-}
-
-output "app_key_secret_arn" {
-  description = "Secrets Manager secret holding the control plane signing key (edges verify tokens with it)."
-  value       = aws_secretsmanager_secret.app_key.arn
+output "edge_secret_arns" {
+  description = "Secrets an edge needs, by the environment variable the edge reads."
+  value = {
+    NIMBUS_EDGE_TOKEN     = aws_secretsmanager_secret.this["edge-token"].arn
+    NIMBUS_EDGE_REDIS_URL = aws_secretsmanager_secret.this["redis-url"].arn
+  }
 }
 
 output "edge_secret_values" {
   description = "Values of the edge secrets, for copying into another cloud's secret store (multicloud)."
   value = {
-    NIMBUS_REDIS_PASSWORD = random_password.redis_auth.result
-    NIMBUS_SECRET_KEY     = random_password.app_key.result
+    NIMBUS_EDGE_TOKEN     = local.secret_values["edge-token"]
+    NIMBUS_EDGE_REDIS_URL = local.secret_values["redis-url"]
   }
   sensitive = true
 }

@@ -52,7 +52,7 @@ module "alb" {
   vpc_cidr                  = var.vpc_cidr
   public_subnet_ids         = var.public_subnet_ids
   target_port               = var.port
-  health_check_path         = "/healthz"
+  health_check_path         = "/health"
   domain_name               = var.domain_name
   subject_alternative_names = [var.global_domain_name]
   zone_id                   = var.zone_id
@@ -101,8 +101,8 @@ resource "aws_vpc_security_group_egress_rule" "redis" {
   description       = "Redis in ${each.key}"
   cidr_ipv4         = each.key
   ip_protocol       = "tcp"
-  from_port         = var.redis.port
-  to_port           = var.redis.port
+  from_port         = var.redis_port
+  to_port           = var.redis_port
 }
 
 resource "aws_vpc_security_group_egress_rule" "nodes" {
@@ -146,7 +146,7 @@ data "aws_iam_policy_document" "execution_secrets" {
   statement {
     sid       = "ReadEdgeSecrets"
     actions   = ["secretsmanager:GetSecretValue"]
-    resources = distinct([for arn in values(var.secrets) : split(":password", arn)[0]])
+    resources = distinct(values(var.secrets))
   }
 
   statement {
@@ -181,15 +181,13 @@ module "service" {
   cluster_arn = aws_ecs_cluster.this.arn
   image       = var.image
   command     = ["edge"]
+  # The edge's settings (dataplane/edge/settings.py) as NIMBUS_EDGE_* variables.
   environment = {
-    NIMBUS_CLOUD             = "aws"
-    NIMBUS_REGION            = local.region
-    NIMBUS_PUBLIC_URL        = "https://${var.domain_name}"
     NIMBUS_CONTROL_PLANE_URL = var.control_plane_url
+    NIMBUS_EDGE_HOST         = "0.0.0.0"
     NIMBUS_EDGE_PORT         = tostring(var.port)
-    NIMBUS_REDIS_HOST        = var.redis.host
-    NIMBUS_REDIS_PORT        = tostring(var.redis.port)
-    NIMBUS_REDIS_TLS         = "true"
+    NIMBUS_EDGE_REGION       = local.region
+    NIMBUS_EDGE_STATE_DIR    = "/tmp/edge"
   }
   secrets            = var.secrets
   cpu                = var.task_size.cpu

@@ -79,17 +79,15 @@ variable "control_plane_url" {
   description = "HTTPS URL of the control plane; the edge pulls routing snapshots from it."
 }
 
-variable "redis" {
-  type = object({
-    host = string
-    port = number
-  })
-  description = "Redis the edge shares limits and publishes usage events through (TLS)."
+variable "redis_port" {
+  type        = number
+  description = "Port of the control plane's Redis (its URL, with the AUTH token, comes as the NIMBUS_EDGE_REDIS_URL secret)."
+  default     = 6379
 }
 
 variable "secrets" {
   type        = map(string)
-  description = "Environment variables filled from Secrets Manager: name => secret ARN (may be in the control plane's region)."
+  description = "Environment variables filled from Secrets Manager, NIMBUS_EDGE_TOKEN and NIMBUS_EDGE_REDIS_URL: name => secret ARN (may be in the control plane's region)."
 }
 
 variable "secrets_kms_key_arn" {

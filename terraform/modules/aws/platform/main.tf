@@ -13,15 +13,8 @@ locals {
   api_domain_name = "api.${var.domain}"
   cp_domain_name  = "cp.${var.domain}"
 
-  edge_secrets = {
-    NIMBUS_REDIS_PASSWORD = module.control_plane.redis_auth_secret_arn
-    NIMBUS_SECRET_KEY     = module.control_plane.app_key_secret_arn
-  }
-  redis = {
-    host = module.control_plane.redis_host
-    port = module.control_plane.redis_port
-  }
-  regions = [module.primary, module.secondary]
+  edge_secrets = module.control_plane.edge_secret_arns
+  regions      = [module.primary, module.secondary]
 }
 
 module "kms_primary" {
@@ -55,7 +48,7 @@ module "primary" {
   zone_id                  = data.aws_route53_zone.public.zone_id
   global_domain_name       = local.api_domain_name
   control_plane_url        = module.control_plane.url
-  redis                    = local.redis
+  redis_port               = module.control_plane.redis_port
   edge_secrets             = local.edge_secrets
   secrets_kms_key_arn      = module.kms_primary.key_arn
   peer_cidrs               = { secondary = var.secondary.cidr_block }
@@ -81,7 +74,7 @@ module "secondary" {
   zone_id               = data.aws_route53_zone.public.zone_id
   global_domain_name    = local.api_domain_name
   control_plane_url     = module.control_plane.url
-  redis                 = local.redis
+  redis_port            = module.control_plane.redis_port
   edge_secrets          = local.edge_secrets
   secrets_kms_key_arn   = module.kms_primary.key_arn
   peer_cidrs            = { primary = var.primary.cidr_block }
@@ -139,8 +132,9 @@ module "control_plane" {
 module "dns" {
   source = "../dns"
 
-  zone_id     = data.aws_route53_zone.public.zone_id
-  record_name = local.api_domain_name
+  zone_id           = data.aws_route53_zone.public.zone_id
+  record_name       = local.api_domain_name
+  health_check_path = "/health"
   endpoints = merge(
     {
       for r in local.regions : r.region => {

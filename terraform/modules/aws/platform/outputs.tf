@@ -13,11 +13,6 @@ output "control_plane_role_arn" {
   value       = module.control_plane.task_role_arn
 }
 
-output "redis" {
-  description = "Redis endpoint of the control plane (TLS)."
-  value       = local.redis
-}
-
 output "edge_secret_arns" {
   description = "Secrets edges need, by environment variable name."
   value       = local.edge_secrets

@@ -50,7 +50,7 @@ module "edge" {
   private_subnet_ids  = module.network.private_subnet_ids
   desired_count       = var.edge_count
   control_plane_url   = var.control_plane_url
-  redis               = var.redis
+  redis_port          = var.redis_port
   secrets             = var.edge_secrets
   secrets_kms_key_arn = var.secrets_kms_key_arn
   node_cidrs          = concat([var.cidr_block], values(var.peer_cidrs))

@@ -65,17 +65,15 @@ variable "control_plane_url" {
   description = "HTTPS URL of the control plane."
 }
 
-variable "redis" {
-  type = object({
-    host = string
-    port = number
-  })
-  description = "Redis of the control plane (reached over VPC peering from other regions)."
+variable "redis_port" {
+  type        = number
+  description = "Port of the control plane's Redis (reached over VPC peering from other regions)."
+  default     = 6379
 }
 
 variable "edge_secrets" {
   type        = map(string)
-  description = "Environment variables of the edge filled from Secrets Manager: name => secret ARN."
+  description = "Environment variables of the edge filled from Secrets Manager (NIMBUS_EDGE_TOKEN, NIMBUS_EDGE_REDIS_URL): name => secret ARN."
 }
 
 variable "secrets_kms_key_arn" {

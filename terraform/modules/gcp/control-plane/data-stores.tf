@@ -1,26 +1,36 @@
-# Secrets are generated here and only ever handed to Secret Manager.
+# Every credential is generated here and handed to the services only through Secret
+# Manager, as the NIMBUS_* variables controlplane/config.py and the edge read. The
+# values also live in the Terraform state, which must be stored encrypted.
 
-resource "random_password" "database" {
+# Letters and digits only: the values are embedded in URLs.
+resource "random_password" "this" {
+  for_each = toset(["database", "admin-token", "edge-token", "session-secret"])
+
   length  = 48
   special = false
 }
 
-resource "random_password" "app_key" {
-  length  = 64
-  special = false
-}
-
 locals {
+  # Memorystore's TLS certificate is signed by a per-instance CA; the entrypoint
+  # writes NIMBUS_REDIS_CA_PEM to this path before the process starts.
+  redis_ca_path = "/tmp/redis-ca.pem"
+  redis_base    = "rediss://:${google_redis_instance.this.auth_string}@${google_redis_instance.this.host}:${google_redis_instance.this.port}"
+
+  # Secret name => value. Names are static so they can key for_each; values are not.
+  secret_names = toset(["database-url", "broker-url", "redis-url", "admin-token", "edge-token", "session-secret"])
   secret_values = {
-    database-password = random_password.database.result
-    redis-auth        = google_redis_instance.this.auth_string
-    app-key           = random_password.app_key.result
+    database-url   = "postgresql+psycopg://${google_sql_user.nimbus.name}:${random_password.this["database"].result}@${google_sql_database_instance.this.private_ip_address}:5432/${google_sql_database.nimbus.name}?sslmode=require"
+    broker-url     = "${local.redis_base}/1?ssl_cert_reqs=required&ssl_ca_certs=${local.redis_ca_path}"
+    redis-url      = "${local.redis_base}/0?ssl_ca_certs=${local.redis_ca_path}"
+    admin-token    = random_password.this["admin-token"].result
+    edge-token     = random_password.this["edge-token"].result
+    session-secret = random_password.this["session-secret"].result
   }
   secret_ids = { for key, secret in google_secret_manager_secret.this : key => secret.secret_id }
 }
 
 resource "google_secret_manager_secret" "this" {
-  for_each = toset(keys(local.secret_values))
+  for_each = local.secret_names
 
   project   = var.project_id
   secret_id = "${var.name}-${each.key}"
@@ -39,9 +49,9 @@ resource "google_secret_manager_secret" "this" {
 }
 
 resource "google_secret_manager_secret_version" "this" {
-  for_each = google_secret_manager_secret.this
+  for_each = local.secret_names
 
-  secret      = each.value.id
+  secret      = google_secret_manager_secret.this[each.key].id
   secret_data = local.secret_values[each.key]
 }
 
@@ -143,7 +153,7 @@ resource "google_sql_user" "nimbus" {
   project  = var.project_id
   instance = google_sql_database_instance.this.name
   name     = "nimbus"
-  password = random_password.database.result
+  password = random_password.this["database"].result
 }
 
 resource "google_redis_instance" "this" {

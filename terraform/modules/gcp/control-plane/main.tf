@@ -1,24 +1,21 @@
 locals {
-  # What every role (api, worker, beat) is told about its surroundings; secrets come
-  # from Secret Manager.
+  # What every role (api, worker, beat) is told about its surroundings, in the
+  # NIMBUS_* variables of controlplane/config.py. Credentials come as secrets.
   environment = {
-    NIMBUS_CLOUD            = "gcp"
-    NIMBUS_CLUSTER          = var.cluster_name
-    NIMBUS_PUBLIC_URL       = "https://${var.domain_name}"
-    NIMBUS_GCP_PROJECT      = var.project_id
-    NIMBUS_DATABASE_HOST    = google_sql_database_instance.this.private_ip_address
-    NIMBUS_DATABASE_PORT    = "5432"
-    NIMBUS_DATABASE_NAME    = google_sql_database.nimbus.name
-    NIMBUS_DATABASE_USER    = google_sql_user.nimbus.name
-    NIMBUS_DATABASE_SSLMODE = "require"
-    NIMBUS_REDIS_HOST       = google_redis_instance.this.host
-    NIMBUS_REDIS_PORT       = tostring(google_redis_instance.this.port)
-    NIMBUS_REDIS_TLS        = "true"
+    NIMBUS_PUBLIC_URL   = "https://${var.domain_name}"
+    NIMBUS_CLUSTER_NAME = var.cluster_name
+    NIMBUS_STATE_DIR    = "/tmp/nimbus"
+    NIMBUS_API_PORT     = tostring(var.api_port)
+    NIMBUS_GCP_PROJECT  = var.project_id
+    NIMBUS_REDIS_CA_PEM = google_redis_instance.this.server_ca_certs[0].cert
   }
   secrets = {
-    NIMBUS_DATABASE_PASSWORD = local.secret_ids["database-password"]
-    NIMBUS_REDIS_PASSWORD    = local.secret_ids["redis-auth"]
-    NIMBUS_SECRET_KEY        = local.secret_ids["app-key"]
+    NIMBUS_DATABASE_URL   = local.secret_ids["database-url"]
+    NIMBUS_BROKER_URL     = local.secret_ids["broker-url"]
+    NIMBUS_REDIS_URL      = local.secret_ids["redis-url"]
+    NIMBUS_ADMIN_TOKEN    = local.secret_ids["admin-token"]
+    NIMBUS_EDGE_TOKEN     = local.secret_ids["edge-token"]
+    NIMBUS_SESSION_SECRET = local.secret_ids["session-secret"]
   }
 
   # Exactly one beat: two schedulers would fire every periodic task twice.

@@ -8,24 +8,16 @@ output "api_neg_id" {
   value       = module.api.neg_id
 }
 
-output "redis" {
-  description = "Memorystore endpoint (TLS with server authentication)."
-  value = {
-    host = google_redis_instance.this.host
-    port = google_redis_instance.this.port
-  }
-}
-
 output "redis_ca_certificate" {
-  description = "CA certificate that verifies Memorystore's TLS certificate."
+  description = "CA certificate that verifies Memorystore's TLS certificate (edges get it as NIMBUS_REDIS_CA_PEM)."
   value       = google_redis_instance.this.server_ca_certs[0].cert
 }
 
 output "edge_secret_ids" {
-  description = "Secret Manager secrets edges need, by environment variable name."
+  description = "Secret Manager secrets an edge needs, by the environment variable the edge reads."
   value = {
-    NIMBUS_REDIS_PASSWORD = local.secret_ids["redis-auth"]
-    NIMBUS_SECRET_KEY     = local.secret_ids["app-key"]
+    NIMBUS_EDGE_TOKEN     = local.secret_ids["edge-token"]
+    NIMBUS_EDGE_REDIS_URL = local.secret_ids["redis-url"]
   }
 }
 

@@ -28,20 +28,22 @@ module "service" {
   args                  = ["edge"]
   port                  = var.port
   service_account_email = google_service_account.edge.email
-  environment = {
-    NIMBUS_CLOUD             = "gcp"
-    NIMBUS_REGION            = var.region
-    NIMBUS_PUBLIC_URL        = "https://${var.domain_name}"
-    NIMBUS_CONTROL_PLANE_URL = var.control_plane_url
-    NIMBUS_EDGE_PORT         = tostring(var.port)
-    NIMBUS_REDIS_HOST        = var.redis.host
-    NIMBUS_REDIS_PORT        = tostring(var.redis.port)
-    NIMBUS_REDIS_TLS         = "true"
-  }
+  # The edge's settings (dataplane/edge/settings.py) as NIMBUS_EDGE_* variables.
+  environment = merge(
+    {
+      NIMBUS_CONTROL_PLANE_URL = var.control_plane_url
+      NIMBUS_EDGE_HOST         = "0.0.0.0"
+      NIMBUS_EDGE_PORT         = tostring(var.port)
+      NIMBUS_EDGE_REGION       = var.region
+      NIMBUS_EDGE_STATE_DIR    = "/tmp/edge"
+    },
+    var.redis_ca_pem == null ? {} : { NIMBUS_REDIS_CA_PEM = var.redis_ca_pem },
+  )
   secrets             = var.secrets
   network             = var.network
   scaling             = var.scaling
   request_timeout     = "3600s"
+  health_check_path   = "/health"
   deletion_protection = var.deletion_protection
   labels              = var.labels
 

@@ -43,17 +43,15 @@ variable "control_plane_url" {
   description = "HTTPS URL of the control plane; the edge pulls routing snapshots from it."
 }
 
-variable "redis" {
-  type = object({
-    host = string
-    port = number
-  })
-  description = "Redis the edge shares limits and publishes usage events through (TLS)."
+variable "redis_ca_pem" {
+  type        = string
+  description = "CA certificate of a Redis with a private CA (Memorystore); null when Redis presents a publicly trusted certificate."
+  default     = null
 }
 
 variable "secrets" {
   type        = map(string)
-  description = "Environment variables filled from Secret Manager: name => secret id."
+  description = "Environment variables filled from Secret Manager (NIMBUS_EDGE_TOKEN, NIMBUS_EDGE_REDIS_URL): name => secret id."
 }
 
 variable "scaling" {

@@ -118,7 +118,7 @@ resource "google_secret_manager_secret_version" "external" {
 
 locals {
   control_plane_url = local.has_cp ? module.control_plane[0].url : var.external_control_plane.url
-  redis             = local.has_cp ? module.control_plane[0].redis : var.external_control_plane.redis
+  redis_ca_pem      = local.has_cp ? module.control_plane[0].redis_ca_certificate : null
   edge_secrets = local.has_cp ? module.control_plane[0].edge_secret_ids : {
     for key, secret in google_secret_manager_secret.external : key => secret.secret_id
   }
@@ -139,7 +139,7 @@ module "edge" {
     tags       = [module.network.network_tags.edge]
   }
   control_plane_url   = local.control_plane_url
-  redis               = local.redis
+  redis_ca_pem        = local.redis_ca_pem
   secrets             = local.edge_secrets
   deletion_protection = var.deletion_protection
   labels              = var.labels

@@ -71,10 +71,6 @@ variable "control_plane" {
 variable "external_control_plane" {
   type = object({
     url = string
-    redis = object({
-      host = string
-      port = number
-    })
   })
   description = "Control plane running in another cloud that the edges talk to; used when control_plane is null."
   default     = null
@@ -91,7 +87,7 @@ variable "external_control_plane_aws_identity" {
 
 variable "external_edge_secrets" {
   type        = map(string)
-  description = "Values of the edge secrets issued by an external control plane (name => value); copied into Secret Manager."
+  description = "Values of the edge secrets (NIMBUS_EDGE_TOKEN, NIMBUS_EDGE_REDIS_URL) issued by an external control plane; copied into Secret Manager."
   default     = {}
   sensitive   = true
 }
