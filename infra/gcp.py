@@ -128,7 +128,8 @@ def map_api_error(exc: Exception) -> ProviderError:
         return classify(str(reason), exc.message or str(exc), int(exc.code or 0))
     if isinstance(exc, auth_exc.DefaultCredentialsError | auth_exc.RefreshError):
         return ConfigError(str(exc), code=type(exc).__name__)
-    if isinstance(exc, auth_exc.TransportError | ConnectionError | TimeoutError):
+    # requests' ConnectionError/Timeout derive from OSError, like the builtin ones.
+    if isinstance(exc, auth_exc.TransportError | OSError):
         return TransientError(str(exc), code=type(exc).__name__)
     return ProviderError(str(exc), code=type(exc).__name__)
 

@@ -45,7 +45,7 @@ GCP_TEMPLATE_PROPERTIES = {
 }
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -54,7 +54,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """A real ``moto.server`` subprocess on a free loopback port, reached over HTTP."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,

@@ -11,7 +11,7 @@ import pytest
 from infra.aws import LAUNCH_TOKEN_TAG, AwsProvider, client_token, map_boto_error, map_client_error
 from infra.errors import CapacityError, ConfigError, ProviderError, QuotaError, RetryPolicy, TransientError
 from infra.provider import InstanceState, LaunchRequest, ownership_tags
-from tests.infra.conftest import AWS_REGION
+from tests.infra.conftest import AWS_REGION, free_port
 
 USER_DATA = "#cloud-config\nruncmd:\n  - [echo, hello]\n"
 
@@ -193,3 +193,11 @@ def test_capacity_error_in_the_request_path_surfaces_typed_and_launches_nothing(
         aws.launch(request(aws_template, 1, spot=True))
     assert info.value.scope == "zone" and info.value.code == "InsufficientInstanceCapacity"
     assert ec2.describe_instances()["Reservations"] == []
+
+
+def test_unreachable_endpoint_is_transient(aws_session):
+    provider = AwsProvider(
+        session=aws_session, endpoint_url=f"http://127.0.0.1:{free_port()}", retry_policy=RetryPolicy(attempts=1)
+    )
+    with pytest.raises(TransientError):
+        provider.describe(AWS_REGION, "i-0123456789abcdef0")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 from google.api_core import exceptions as gexc
+from google.auth.credentials import AnonymousCredentials
 
-from infra.errors import CapacityError, ConfigError, ProviderError, QuotaError, TransientError
+from infra.errors import CapacityError, ConfigError, ProviderError, QuotaError, RetryPolicy, TransientError
 from infra.gcp import (
     GcpProvider,
     classify,
@@ -17,7 +18,7 @@ from infra.gcp import (
     to_label,
 )
 from infra.provider import InstanceState, LaunchRequest, ownership_tags
-from tests.infra.conftest import GCP_TEMPLATE, GCP_TEMPLATE_PROPERTIES
+from tests.infra.conftest import GCP_TEMPLATE, GCP_TEMPLATE_PROPERTIES, free_port
 from tests.infra.gce_double import GceDouble, InjectedError
 
 REGION = "us-central1"
@@ -253,3 +254,14 @@ def test_labels_and_names_follow_gce_rules():
     assert instance_name("N" * 80) == long_name and instance_name("N" * 81) != long_name
     assert request_id("123e4567-e89b-12d3-a456-426614174000") == "123e4567-e89b-12d3-a456-426614174000"
     assert request_id("op-1") == request_id("op-1") != request_id("op-2")
+
+
+def test_unreachable_endpoint_is_transient():
+    provider = GcpProvider(
+        "p",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": f"http://127.0.0.1:{free_port()}"},
+        retry_policy=RetryPolicy(attempts=1),
+    )
+    with pytest.raises(TransientError):
+        provider.describe(REGION, "us-central1-a/x")
