@@ -256,6 +256,10 @@ def instance_from_gce(zone: str, data: compute_v1.Instance) -> Instance:
     )
 
 
+def _is_not_found(exc: ProviderError) -> bool:
+    return exc.code in ("notFound", "HTTP404")
+
+
 def label_filter(tags: Mapping[str, str]) -> str:
     return " AND ".join(f'(labels.{k} = "{v}")' for k, v in sorted(to_labels(tags).items()))
 
@@ -283,16 +287,14 @@ class GcpProvider:
     ) -> None:
         self.project = project
         options = dict(client_options or {})
-        self._instances = compute_v1.InstancesClient(credentials=credentials, client_options=options, transport="rest")
-        self._operations = compute_v1.ZoneOperationsClient(
-            credentials=credentials, client_options=options, transport="rest"
-        )
-        self._region_templates = compute_v1.RegionInstanceTemplatesClient(
-            credentials=credentials, client_options=options, transport="rest"
-        )
-        self._global_templates = compute_v1.InstanceTemplatesClient(
-            credentials=credentials, client_options=options, transport="rest"
-        )
+
+        def client(cls: Any) -> Any:
+            return cls(credentials=credentials, client_options=options, transport="rest")
+
+        self._instances = client(compute_v1.InstancesClient)
+        self._operations = client(compute_v1.ZoneOperationsClient)
+        self._region_templates = client(compute_v1.RegionInstanceTemplatesClient)
+        self._global_templates = client(compute_v1.InstanceTemplatesClient)
         self._template_cache: dict[str, compute_v1.InstanceProperties] = {}
         self._retry_policy = retry_policy
         self._operation_timeout = operation_timeout
@@ -303,9 +305,7 @@ class GcpProvider:
         def once() -> Any:
             try:
                 return fn(**kwargs)
-            except gexc.GoogleAPICallError as exc:
-                raise map_api_error(exc) from exc
-            except (auth_exc.GoogleAuthError, OSError) as exc:
+            except (gexc.GoogleAPICallError, auth_exc.GoogleAuthError, OSError) as exc:
                 raise map_api_error(exc) from exc
 
         return retry(once, self._retry_policy, sleep=self._sleep)
@@ -357,7 +357,7 @@ class GcpProvider:
         try:
             data = self._call(self._instances.get, project=self.project, zone=zone, instance=name)
         except ProviderError as exc:
-            if exc.code == "notFound" or exc.code == "HTTP404":
+            if _is_not_found(exc):
                 return None
             raise
         return instance_from_gce(zone, data)
@@ -367,7 +367,7 @@ class GcpProvider:
         try:
             op = self._call(self._instances.delete_unary, project=self.project, zone=zone, instance=name)
         except ProviderError as exc:
-            if exc.code in ("notFound", "HTTP404"):
+            if _is_not_found(exc):
                 return
             raise
         self._wait(zone, op)

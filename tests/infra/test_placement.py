@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from infra.catalog import load_catalog
 from infra.errors import CapacityError, ConfigError, ProviderError, QuotaError, TransientError
@@ -178,3 +180,44 @@ def test_blocks_are_per_region_even_with_same_zone_names(now):
     block = block_for(CapacityError("full"), c, now)
     assert block.covers(c) and not block.covers(other)
     assert isinstance(now, datetime)
+
+
+# -- properties -----------------------------------------------------------------------
+
+ZONES = [("aws", "us-east-1", z) for z in ("us-east-1a", "us-east-1b", "us-east-1c")] + [
+    ("aws", "us-west-2", "us-west-2a"),
+    ("gcp", "us-central1", "us-central1-a"),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    picks=st.lists(
+        st.tuples(
+            st.sampled_from(["zone", "region", "cloud"]),
+            st.sampled_from(ZONES),
+            st.sampled_from([None, "g5.xlarge", "g6e.xlarge"]),
+            st.sampled_from([None, True, False]),
+            st.integers(min_value=-30, max_value=30),
+        ),
+        max_size=6,
+    ),
+    policy=st.sampled_from(["on_demand", "spot", "spot_with_fallback"]),
+)
+def test_blocking_only_removes_covered_candidates_and_keeps_order(picks, policy):
+    catalog = load_catalog(catalog_dict())
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    blocks = [
+        BlockEntry(scope, cloud, region, zone, now + timedelta(minutes=minutes), "test", itype, spot)
+        for scope, (cloud, region, zone), itype, spot, minutes in picks
+    ]
+    prefs = ["aws", "gcp"]
+    everything = candidates(catalog, prefs, ANY_24G, policy, [], now)
+    kept = candidates(catalog, prefs, ANY_24G, policy, blocks, now)
+    active = [b for b in blocks if b.active(now)]
+    assert kept == [c for c in everything if not any(b.covers(c) for b in active)]
+    if policy == "spot_with_fallback":
+        # Within each cloud preference, no spot candidate comes after an on-demand one.
+        for cloud in ("aws", "gcp"):
+            markets = [c.spot for c in kept if c.cloud == cloud]
+            assert markets == sorted(markets, reverse=True)
