@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -229,8 +229,3 @@ def catalog_dict() -> dict[str, Any]:
             },
         ],
     }
-
-
-@pytest.fixture
-def expires(now: datetime) -> datetime:
-    return now + timedelta(minutes=30)

@@ -137,3 +137,19 @@ def test_attempt_tokens_are_stable_per_candidate_and_fit_ec2():
     assert len(set(tokens)) == len(cs)
     assert tokens == [attempt_token("x" * 80, c) for c in cs]
     assert all(len(t) <= 64 for t in tokens)
+
+
+def test_preempted_spot_node_is_replaced_in_another_zone_first(gcp: GcpProvider, gce: GceDouble):
+    catalog = gcp_catalog()
+    cs = candidates(catalog, ["gcp/us-central1"], NEEDS, "spot", [], clock())
+    node = launch_first_available(cs, launcher(gcp, "op-1", "node-1"), clock).instance
+    assert node.zone == "us-central1-a"
+
+    zone, name = node.instance_id.split("/")
+    gce.preempt(zone, name)
+    assert gcp.describe(node.region, node.instance_id) is None
+
+    again = candidates(catalog, ["gcp/us-central1"], NEEDS, "spot", [], clock(), avoid_zones=[node.zone])
+    assert again[-1].zone == node.zone  # still allowed, but last
+    replacement = launch_first_available(again, launcher(gcp, "op-2", "node-2"), clock).instance
+    assert replacement.zone == "us-central1-b" and replacement.spot
