@@ -17,7 +17,7 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from dataplane.sim import timing
 
@@ -45,12 +45,12 @@ class ReplicaProfile:
                                           download_gbps=self.download_gbps)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model(name: str) -> timing.ModelProfile:
     return timing.get_model(name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gpu(name: str) -> timing.GpuProfile:
     return timing.get_gpu(name)
 
@@ -75,8 +75,22 @@ class StepTimes:
 
 class Replica:
     __slots__ = (
-        "clock", "completed", "context", "decoded", "gpus", "kv_capacity", "kv_used", "launched_at",
-        "max_running", "ready_at", "replica_id", "running", "spot", "state", "times", "chunk",
+        "chunk",
+        "clock",
+        "completed",
+        "context",
+        "decoded",
+        "gpus",
+        "kv_capacity",
+        "kv_used",
+        "launched_at",
+        "max_running",
+        "ready_at",
+        "replica_id",
+        "running",
+        "spot",
+        "state",
+        "times",
         "waiting",
     )
 

@@ -7,8 +7,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class AutoscalerConfig:
-    # Share of a replica's batch slots / KV pool / profiled token throughput we plan to use.
-    target_utilization: float = 0.9
+    # Share of a replica's batch slots / KV pool we plan to use (the profiled token throughput
+    # is already "at the SLO", so the rate signal plans for all of it, times the learned scale).
+    engine_target_utilization: float = 0.85
+    # SLO feedback on the profiled capacity: shrink fast on a breach at planned load, grow
+    # slowly while p95 TTFT stays under ``capacity_scale_slack`` × SLO at planned load.
+    capacity_scale_down_step: float = 0.03
+    capacity_scale_up_step: float = 0.003
+    capacity_scale_slack: float = 0.6
+    capacity_scale_min: float = 0.5
+    capacity_scale_max: float = 1.3
     # Knative KPA windows: the stable window sizes the pool, the panic window catches bursts.
     stable_window_s: float = 60.0
     panic_window_s: float = 10.0
@@ -38,5 +46,3 @@ class AutoscalerConfig:
     season_s: float = 86400.0
     # SLO feedback: while p95 TTFT breaches the SLO, add a replica at most this often.
     slo_breach_step_interval_s: float | None = None  # None: the pool's p90 model-ready time
-    # A spot outage ends only after spot has been usable for this long (avoid bouncing).
-    spot_return_delay_s: float = 300.0

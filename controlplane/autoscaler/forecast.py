@@ -9,6 +9,9 @@ blends two views:
 * recent trend: the least-squares slope of the last minutes, damped, for pools without a
   full season of history (a model's first day) and for growth that yesterday did not have.
 
+The forecast rise is the larger of the two (never negative: shrinking is the reactive
+part's job, with its hold window).
+
 History is a sequence of ``(t, rate)`` points, oldest first, at any regular step.
 """
 
@@ -22,8 +25,6 @@ Series = Sequence[tuple[float, float]]
 
 # How much of the recent slope we trust over the horizon (a slope over minutes rarely holds).
 TREND_DAMPING = 0.5
-# Weight of the seasonal view when a season of history exists.
-SEASONAL_WEIGHT = 0.7
 
 
 @dataclass(frozen=True)
@@ -77,13 +78,16 @@ def seasonal_rise(history: Series, now: float, horizon_s: float, season_s: float
     if not history or history[0][0] > then - level_window_s:
         return None  # less than a season of history
     base = mean_rate(history, then - level_window_s, then)
-    ahead = window_values(history, then, then + horizon_s)
+    # Smooth the season's peak so one noisy point does not pre-warm. The window is centred
+    # (that day is all in the past) and the search reaches half a window further, so the
+    # smoothing does not delay the ramp it announces.
+    half = level_window_s / 2
+    ahead = window_values(history, then, then + horizon_s + half)
     if base is None or not ahead:
         return None
-    # Smooth the season's peak over the level window so one noisy point does not pre-warm.
     smoothed = []
     for t, _ in ahead:
-        m = mean_rate(history, t - level_window_s, t)
+        m = mean_rate(history, t - half, t + half)
         if m is not None:
             smoothed.append(m)
     return max(smoothed, default=base) - base
@@ -95,8 +99,7 @@ def forecast_peak(history: Series, now: float, horizon_s: float, *, season_s: fl
     trend = slope(window_values(history, now - trend_window_s, now))
     rise = seasonal_rise(history, now, horizon_s, season_s, level_window_s)
     trend_rise = max(0.0, trend) * horizon_s * TREND_DAMPING
-    if rise is None:
-        expected_rise = trend_rise
-    else:
-        expected_rise = SEASONAL_WEIGHT * max(0.0, rise) + (1 - SEASONAL_WEIGHT) * trend_rise
+    # Either view may see growth the other misses (yesterday's ramp before it starts, today's
+    # growth that yesterday did not have); pre-warming is for the larger of the two.
+    expected_rise = trend_rise if rise is None else max(rise, trend_rise)
     return Forecast(level, trend, rise, level + expected_rise, horizon_s)

@@ -39,8 +39,11 @@ EPS = 1e-9
 
 @dataclass(frozen=True)
 class Demand:
-    engine_units: float  # Σ over ready replicas of the busiest of batch slots and KV pool (0..1+)
-    rate_units: float | None  # recent token rate / tokens one replica serves at the target
+    """Work on the pool right now, in replicas' worth at the planned utilization."""
+
+    engine_units: float  # Σ over ready replicas of the scarcer of batch slots and KV pool, / target
+    rate_units: float | None  # recent token rate / effective per-replica capacity
+    load_per_replica: float | None  # token rate / profiled capacity / ready replicas
     queue_total: int
     ready: int
     token_rate: float | None
@@ -51,10 +54,14 @@ class Demand:
         return max(self.engine_units, self.rate_units or 0.0)
 
 
-def replica_utilization(replica: ReplicaSignal) -> float:
-    """Share of one replica in use: the scarcer of batch slots (queue included) and KV pool."""
-    slots = (replica.num_running_reqs + replica.num_queue_reqs) / max(1, replica.max_running_requests)
-    return max(slots, replica.kv_usage)
+def replica_utilization(replica: ReplicaSignal, count_queue: bool = False) -> float:
+    """Share of one replica in use: the scarcer of batch slots and KV pool.
+
+    Queued requests count only when there is no rate signal to size from: a backlog says
+    "too slow now" (it triggers panic), but its length overstates the replicas needed once
+    the rate is known (the backlog drains while new replicas are still starting)."""
+    slots = replica.num_running_reqs + (replica.num_queue_reqs if count_queue else 0)
+    return max(slots / max(1, replica.max_running_requests), replica.kv_usage)
 
 
 def latest_rate(history: Sequence[tuple[float, float]], now: float, max_age_s: float) -> float | None:
@@ -63,17 +70,20 @@ def latest_rate(history: Sequence[tuple[float, float]], now: float, max_age_s: f
     return history[-1][1]
 
 
-def measure_demand(obs: PoolObservation, capacity_tok_s: float | None, config: AutoscalerConfig) -> Demand:
+def measure_demand(obs: PoolObservation, capacity_tok_s: float | None, scale: float,
+                   config: AutoscalerConfig) -> Demand:
     ready = [r for r in obs.replicas if r.state == "ready"]
     token_rate = latest_rate(obs.token_rate_history, obs.now, config.stable_window_s)
-    rate_units = None
+    rate_units = load = None
     if capacity_tok_s and token_rate is not None:
-        # Expressed at full utilization, like the engine units, so one target applies to both.
-        rate_units = token_rate / capacity_tok_s
+        rate_units = token_rate / (capacity_tok_s * scale)
+        load = token_rate / capacity_tok_s / len(ready) if ready else None
     p95s = [r.ttft_p95_s for r in ready if r.ttft_p95_s is not None]
     return Demand(
-        engine_units=sum(replica_utilization(r) for r in ready),
+        engine_units=sum(replica_utilization(r, rate_units is None) for r in ready)
+        / config.engine_target_utilization,
         rate_units=rate_units,
+        load_per_replica=load,
         queue_total=sum(r.num_queue_reqs for r in ready),
         ready=len(ready),
         token_rate=token_rate,
@@ -81,16 +91,34 @@ def measure_demand(obs: PoolObservation, capacity_tok_s: float | None, config: A
     )
 
 
-def learn_capacity(previous: float | None, demand: Demand) -> float | None:
-    """Tokens/s one fully used replica serves, learned when no profile is given.
-
-    Only samples with real load teach anything: at low load the engine gauges say little."""
-    if not demand.token_rate or demand.ready == 0 or demand.engine_units < 0.3 * demand.ready:
+def learn_capacity(previous: float | None, obs: PoolObservation, config: AutoscalerConfig) -> float | None:
+    """Tokens/s one replica serves, estimated when no profile is given: the token rate over
+    the busy share of the ready replicas, once they are busy enough to say anything.
+    Rough on purpose; the SLO feedback (``tune_capacity_scale``) corrects it."""
+    ready = [r for r in obs.replicas if r.state == "ready"]
+    token_rate = latest_rate(obs.token_rate_history, obs.now, config.stable_window_s)
+    busy = sum(replica_utilization(r) for r in ready)
+    if not token_rate or not ready or busy < 0.3 * len(ready):
         return previous
-    observed = demand.token_rate / demand.engine_units
-    if previous is None:
-        return observed
-    return 0.8 * previous + 0.2 * observed
+    observed = token_rate / busy
+    return observed if previous is None else 0.8 * previous + 0.2 * observed
+
+
+def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, config: AutoscalerConfig) -> float:
+    """SLO feedback on how much of the profiled capacity a replica really delivers.
+
+    A profile is taken on one replica in isolation; behind a load balancer a pool absorbs
+    more before its TTFT suffers, and a changed request mix can absorb less. Only ticks where
+    the pool was loaded about as planned teach anything: a breach under overload says the
+    pool is too small, not that replicas are slower."""
+    load, p95 = demand.load_per_replica, demand.ttft_p95_s
+    if load is None or p95 is None:
+        return scale
+    if p95 > slo_s and 0.8 * scale <= load <= 1.05 * scale:
+        scale *= 1 - config.capacity_scale_down_step
+    elif p95 < config.capacity_scale_slack * slo_s and load >= 0.9 * scale:
+        scale *= 1 + config.capacity_scale_up_step
+    return min(config.capacity_scale_max, max(config.capacity_scale_min, scale))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,18 +142,18 @@ def window_mean(samples: Sequence[tuple[float, float]], now: float, window_s: fl
     return sum(values) / len(values) if values else 0.0
 
 
-def replicas_for(units: float, target_utilization: float) -> int:
-    return max(0, math.ceil(units / target_utilization - EPS))
+def replicas_for(units: float) -> int:
+    return max(0, math.ceil(units - EPS))
 
 
 def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: Demand,
                   config: AutoscalerConfig) -> ReactiveNeed:
-    stable = replicas_for(window_mean(samples, now, config.stable_window_s), config.target_utilization)
+    stable = replicas_for(window_mean(samples, now, config.stable_window_s))
     # The newest sample counts in full when it is the highest: a burst should be met in one
     # step, not in as many steps as the panic window has ticks.
     latest = samples[-1][1] if samples else 0.0
     panic_units = max(window_mean(samples, now, config.panic_window_s), latest)
-    panic = replicas_for(panic_units, config.target_utilization)
+    panic = replicas_for(panic_units)
     ready = max(1, demand.ready)
     queued_too_long = demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * ready
     panic_mode = panic > demand.ready and (panic >= config.panic_threshold * ready or queued_too_long)
@@ -159,7 +187,7 @@ def predictive_need(obs: PoolObservation, capacity_tok_s: float | None, horizon_
         obs.token_rate_history, obs.now, horizon_s, season_s=config.season_s,
         level_window_s=config.forecast_level_window_s, trend_window_s=config.forecast_trend_window_s,
     )
-    return replicas_for(forecast.peak / capacity_tok_s, config.target_utilization), forecast
+    return replicas_for(forecast.peak / capacity_tok_s), forecast
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,25 +204,27 @@ def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now:
     return demand.ready + 1
 
 
-def apply_hysteresis(desired: int, active: int, desired_samples: Sequence[tuple[float, int]], now: float,
+def apply_hysteresis(desired: int, current: int, desired_samples: Sequence[tuple[float, int]], now: float,
                      state: AutoscalerState, in_panic: bool, config: AutoscalerConfig) -> tuple[int, str]:
-    if desired > active:
-        step = max(desired - active, math.ceil(config.scale_up_min_fraction * active))
-        return active + step, f"scale up: need {desired} > {active} active"
+    """Next target from the current one: up at once, down only to the highest need of the
+    hold window, never while panicking or right after a scale-up."""
+    if desired > current:
+        step = max(desired - current, math.ceil(config.scale_up_min_fraction * current))
+        return current + step, f"scale up: need {desired} > target {current}"
     if in_panic:
-        return active, "panic: no scale-down"
+        return current, "panic: no scale-down"
     held = max([v for t, v in desired_samples if t > now - config.scale_down_hold_s] + [desired])
-    if held >= active:
-        return active, f"hold: peak need over {config.scale_down_hold_s:.0f}s is {held}"
+    if held >= current:
+        return current, f"hold: peak need over {config.scale_down_hold_s:.0f}s is {held}"
     seen_since = desired_samples[0][0] if desired_samples else now
     if now - seen_since < config.scale_down_hold_s - config.decision_interval_s:
         # Too little memory (first ticks, or state lost): a quiet minute is no reason to shrink.
-        return active, "hold: not enough history to scale down"
+        return current, "hold: not enough history to scale down"
     if state.last_scale_up_at is not None and now - state.last_scale_up_at < config.scale_down_cooldown_s:
-        return active, "hold: cooling down after scale-up"
-    if active - held < max(1, math.ceil(config.scale_down_min_fraction * active)):
-        return active, f"hold: surplus {active - held} below the minimum scale-down step"
-    return held, f"scale down: peak need over {config.scale_down_hold_s:.0f}s is {held} < {active} active"
+        return current, "hold: cooling down after scale-up"
+    if current - held < max(1, math.ceil(config.scale_down_min_fraction * current)):
+        return current, f"hold: surplus {current - held} below the minimum scale-down step"
+    return held, f"scale down: peak need over {config.scale_down_hold_s:.0f}s is {held} < target {current}"
 
 
 def is_idle(spec: PoolSpec, obs: PoolObservation) -> bool:
@@ -383,11 +413,12 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     active = [r for r in obs.replicas if r.active]
     ready = [r for r in active if r.state == "ready"]
 
-    demand0 = measure_demand(obs, None, config)
     learned = state.tokens_per_replica_s if spec.replica_tokens_per_s else learn_capacity(
-        state.tokens_per_replica_s, demand0)
-    capacity = spec.replica_tokens_per_s or learned
-    demand = measure_demand(obs, capacity, config)
+        state.tokens_per_replica_s, obs, config)
+    profiled = spec.replica_tokens_per_s or learned
+    demand = measure_demand(obs, profiled, state.capacity_scale, config)
+    scale = tune_capacity_scale(state.capacity_scale, demand, spec.ttft_slo_s, config)
+    capacity = profiled * scale if profiled else None
 
     keep_s = max(config.stable_window_s, config.panic_window_s)
     demand_samples = record(state.demand_samples, now, demand.units, keep_s)
@@ -418,7 +449,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     if floor == 0 and floor_reason is not None:
         target, why = 0, floor_reason
     else:
-        target, why = apply_hysteresis(desired, len(active), desired_samples, now, state, in_panic, config)
+        current = state.target if state.target is not None else len(active)
+        target, why = apply_hysteresis(desired, current, desired_samples, now, state, in_panic, config)
         if floor_reason:
             reasons.append(floor_reason)
     reasons.append(why)
@@ -445,10 +477,12 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     new_state = state.evolve(
         demand_samples=demand_samples,
         desired_samples=desired_samples,
+        target=target,
         panic_until=panic_until,
-        last_scale_up_at=now if add else state.last_scale_up_at,
-        last_scale_down_at=now if drain else state.last_scale_down_at,
+        last_scale_up_at=now if target > (state.target or 0) else state.last_scale_up_at,
+        last_scale_down_at=now if state.target is not None and target < state.target else state.last_scale_down_at,
         tokens_per_replica_s=learned,
+        capacity_scale=scale,
     )
     signals = {
         "active": len(active),
@@ -464,7 +498,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         "predicted_need": predicted,
         "forecast_peak_tok_s": None if forecast is None else round(forecast.peak, 1),
         "prewarm_horizon_s": round(horizon, 1),
-        "capacity_tok_s": capacity,
+        "capacity_tok_s": None if capacity is None else round(capacity, 1),
+        "capacity_scale": round(scale, 3),
         "spot_target": mix.spot,
         "on_demand_target": mix.on_demand,
     }

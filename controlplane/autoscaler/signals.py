@@ -97,12 +97,16 @@ class AutoscalerState:
     demand_samples: tuple[tuple[float, float], ...] = ()
     # (t, replicas the reactive+predictive signals asked for) per tick, for the scale-down hold.
     desired_samples: tuple[tuple[float, int], ...] = ()
+    # The replica count last decided; surplus replicas (a stand-in waiting for its spot
+    # replacement) do not raise it, lost ones are replaced up to it.
+    target: int | None = None
     panic_until: float | None = None
     last_scale_up_at: float | None = None
     last_scale_down_at: float | None = None
     # Learned tok/s one replica serves at the target utilization (EWMA), when not profiled.
     tokens_per_replica_s: float | None = None
-    spot_restored_at: float | None = None  # when spot came back after an outage
+    # Share of the profiled capacity a replica delivers inside the SLO, learned from TTFT.
+    capacity_scale: float = 1.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

@@ -23,7 +23,7 @@ def test_queue_pressure_scales_up(spec):
 def test_kv_pressure_scales_up_even_with_few_requests(spec):
     obs = PoolObservation(now=0.0, replicas=tuple(make_replica(i, running=10, kv=0.99) for i in range(3)))
     decision, _ = decide(spec, obs, AutoscalerState())
-    assert decision.target_replicas == 4  # 2.97 units / 0.9 target
+    assert decision.target_replicas == 4  # 2.97 units / 0.85 target
     assert decision.add
 
 
@@ -50,7 +50,7 @@ def test_panic_window_reacts_within_seconds():
 def test_oscillating_load_near_threshold_does_not_flap():
     driver = Driver(make_spec(max_replicas=40))
     pool = MiniPool(driver, replicas=5, ready_s=60.0, step_s=5.0)
-    # Load swings around the 5/6-replica boundary (0.9 target: 450 slots) every 50 s for an hour.
+    # Load swings around the 5/6-replica boundary (0.85 target: 425 slots) every 50 s for an hour.
     for k in range(720):
         pool.step(load_slots=470 if (k // 10) % 2 == 0 else 420)
     changes = driver.changes()
@@ -73,7 +73,7 @@ def test_falling_load_drains_only_after_the_hold_window():
             first_drain = pool.now - pool.step_s
     assert first_drain is not None
     assert first_drain - drop_at >= config.scale_down_hold_s - config.decision_interval_s
-    assert pool.active_count() == 3  # ceil(250 / 90)
+    assert pool.active_count() == 3  # ceil(250 / 85)
 
 
 def test_never_drains_below_panic_need_even_when_target_drops():
@@ -84,7 +84,7 @@ def test_never_drains_below_panic_need_even_when_target_drops():
         demand_samples=tuple((float(t), 0.5) for t in range(-60, -10, 5)),
         desired_samples=tuple((float(t), 1) for t in range(-600, 0, 5)),
     )
-    obs = PoolObservation(now=0.0, replicas=pool_at(6, 0.6))
+    obs = PoolObservation(now=0.0, replicas=pool_at(6, 0.5))
     decision, _ = decide(spec, obs, state)
     assert decision.target_replicas == 1
     assert decision.signals["panic_need"] == 4

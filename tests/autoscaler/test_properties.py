@@ -1,0 +1,80 @@
+"""Invariants over arbitrary pools, checked with Hypothesis."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controlplane.autoscaler import AutoscalerState, PoolObservation, decide
+from controlplane.autoscaler.signals import ReplicaSignal
+
+from .conftest import make_spec
+
+replica_states = st.sampled_from(["starting", "ready", "draining"])
+
+
+@st.composite
+def pools(draw):
+    n = draw(st.integers(0, 12))
+    replicas = []
+    for i in range(n):
+        state = draw(replica_states)
+        ready = state != "starting"
+        replicas.append(ReplicaSignal(
+            replica_id=f"r{i}", node_id=f"n{i % 4}", state=state, spot=draw(st.booleans()),
+            num_queue_reqs=draw(st.integers(0, 400)) if ready else 0,
+            num_running_reqs=draw(st.integers(0, 100)) if ready else 0, max_running_requests=100,
+            kv_usage=draw(st.floats(0, 1)) if ready else 0.0, started_at=-draw(st.floats(0, 5000)),
+            ready_at=0.0 if ready else None,
+        ))
+    min_r = draw(st.integers(0, 4))
+    spec = make_spec(
+        kind=draw(st.sampled_from(["warm", "scale_to_zero"])), min_replicas=min_r,
+        max_replicas=draw(st.integers(max(1, min_r), 16)), idle_timeout_s=draw(st.floats(10, 2000)),
+        spot_policy=draw(st.sampled_from(["on_demand", "spot", "spot_with_fallback"])),
+        spot_base_on_demand=draw(st.integers(0, 3)),
+    )
+    history = draw(st.lists(st.tuples(st.floats(-600, 0), st.integers(0, 20)), max_size=30))
+    state = AutoscalerState(
+        desired_samples=tuple(sorted((t, v) for t, v in history)),
+        target=draw(st.none() | st.integers(0, 16)),
+        last_scale_up_at=draw(st.none() | st.floats(-3000, 0)),
+        panic_until=draw(st.none() | st.floats(-100, 100)),
+    )
+    obs = PoolObservation(
+        now=0.0, replicas=tuple(replicas), last_request_at=draw(st.none() | st.floats(-3000, 0)),
+        activation_requested=draw(st.booleans()),
+        spot_unavailable_until=draw(st.none() | st.floats(-100, 100)),
+    )
+    return spec, obs, state
+
+
+@settings(max_examples=300, deadline=None)
+@given(pools())
+def test_target_within_bounds_except_scale_to_zero(case):
+    spec, obs, state = case
+    decision, new_state = decide(spec, obs, state)
+    if decision.target_replicas == 0 and spec.min_replicas > 0:
+        assert spec.kind == "scale_to_zero"
+        assert not obs.activation_requested
+    else:
+        floor = spec.min_replicas if spec.kind == "warm" or decision.target_replicas else 0
+        assert floor <= decision.target_replicas <= spec.max_replicas
+    assert new_state.target == decision.target_replicas
+    # The state survives the executor's JSON round trip unchanged.
+    assert AutoscalerState.from_json(new_state.to_json()) == new_state
+
+
+@settings(max_examples=300, deadline=None)
+@given(pools())
+def test_never_drains_ready_capacity_below_the_panic_need(case):
+    spec, obs, state = case
+    decision, _ = decide(spec, obs, state)
+    by_id = {r.replica_id: r for r in obs.replicas}
+    assert len(set(decision.drain)) == len(decision.drain)
+    assert all(by_id[rid].state != "draining" for rid in decision.drain)
+    ready_before = sum(1 for r in obs.replicas if r.state == "ready")
+    ready_drained = sum(1 for rid in decision.drain if by_id[rid].state == "ready")
+    if ready_drained and decision.target_replicas > 0:
+        assert ready_before - ready_drained >= decision.signals["panic_need"]
+        assert ready_before - ready_drained >= decision.target_replicas
