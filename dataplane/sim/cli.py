@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
-
-import uvicorn
 
 from .config import parse_config
 from .server import SimServer
@@ -16,23 +15,19 @@ def main(argv: list[str] | None = None) -> int:
     level = getattr(logging, config.log_level.upper(), logging.INFO)
     logging.basicConfig(level=level, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
     logging.getLogger("nimbus.sim").info(
-        "simulating %s (%s) on %dx%s, %s, KV capacity %d tokens, max running %d, ready in %.1fs, time scale %g",
+        "simulating %s (%s) on %dx%s, %s, KV capacity %d tokens, max running %d, ready in %.1fs, time scale %g, "
+        "listening on http://%s:%d",
         config.served_model_name, config.model.name, config.tp_size, config.gpu.name,
         config.quantization or "bf16", config.max_total_tokens, config.max_running_requests, ready_delay,
-        config.time_scale,
+        config.time_scale, config.host, config.port,
     )
-    app = SimServer(config, ready_delay)
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        log_level="warning",
-        access_log=False,
-        timeout_graceful_shutdown=3,
-    )
+    try:
+        import uvloop  # a faster event loop where available; the simulator runs without it too
+
+        run = uvloop.run
+    except ImportError:
+        run = asyncio.run
+    run(SimServer(config, ready_delay).serve_forever())
     return 0
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import math
 import os
 import random
@@ -113,6 +114,10 @@ class SimRequest:
     finished_at: float | None = None
     aborted: bool = False
     event: asyncio.Event = field(default_factory=asyncio.Event)
+    # Called synchronously at every new token and at the end; the HTTP layer writes the
+    # stream's next event from here, with no coroutine wake-up per token. Without a
+    # listener, ``event`` is set instead.
+    listener: Callable[[SimRequest], None] | None = None
 
     def tokens(self) -> list[int]:
         return self.prompt_ids + self.output_ids
@@ -447,10 +452,20 @@ class SimEngine:
         if reason is not None:
             self._finish_running(req, reason, now)
         else:
-            req.event.set()
+            self._notify(req)
         limit = self.faults.crash_after_tokens
         if limit is not None and len(req.output_ids) >= limit:
             self.crash_requested = True
+
+    @staticmethod
+    def _notify(req: SimRequest) -> None:
+        if req.listener is None:
+            req.event.set()
+            return
+        try:
+            req.listener(req)
+        except Exception:  # one broken stream must not stop the scheduler
+            logging.getLogger("nimbus.sim").exception("stream listener failed for %s", req.rid)
 
     def _finish_reason(self, req: SimRequest, token: int, piece: str) -> dict | None:
         if token == tokenizer.EOS_TOKEN_ID:
@@ -480,7 +495,7 @@ class SimEngine:
         req.finished_at = now
         if reason["type"] != "abort":
             self.metrics.e2e.observe(now - req.arrival)
-        req.event.set()
+        self._notify(req)
 
     # -- maintenance -------------------------------------------------------------------------
     def flush_cache(self) -> bool:

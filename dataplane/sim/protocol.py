@@ -180,9 +180,9 @@ def openai_response(req: SimRequest, cid: str, model: str, chat: bool, created: 
     }
 
 
-def openai_chunk(cid: str, model: str, chat: bool, created: int, delta: str | None, req: SimRequest,
+def openai_chunk(cid: str, model: str, chat: bool, created: int, delta: str | None, req: SimRequest | None,
                  first: bool = False, final: bool = False) -> dict:
-    finish, matched = openai_finish(req) if final else (None, None)
+    finish, matched = openai_finish(req) if final and req is not None else (None, None)
     if chat:
         content: dict = {}
         if first:

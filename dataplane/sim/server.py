@@ -1,12 +1,11 @@
-"""The HTTP face: a bare ASGI app (served by uvicorn with uvloop and httptools).
-
-A framework would cost more per streamed chunk than the simulation itself; with hundreds of
-concurrent streams per process that overhead is what limits us, so routing is a dict and
-responses are written with msgspec.
+"""The simulator's HTTP API, shaped like SGLang's (``http_server.py`` and its OpenAI adapters).
 
 Readiness and draining follow SGLang: ``/health`` is 503 while the model "loads" and while
 draining; generation endpoints answer 503 then too. A client that disconnects aborts its
 request in the engine (its KV is released, the radix cache keeps what was computed).
+
+Streams are driven by the engine: each stream registers a listener on its request, and the
+scheduler step that produces a token calls it, which writes the SSE event to the socket.
 """
 
 from __future__ import annotations
@@ -14,56 +13,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from . import protocol
+from . import http, protocol, timing
 from .config import SimConfig
 from .engine import CRASH_EXIT_CODE, RequestError, SimEngine, SimRequest
 from .faults import Faults
 
 log = logging.getLogger("nimbus.sim")
-_json = msgspec.json.Encoder()
 _decode = msgspec.json.Decoder()
-JSON = [(b"content-type", b"application/json")]
-SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_encode = msgspec.json.Encoder().encode
 HEALTH_GENERATE_TIMEOUT_S = 20.0
+SHUTDOWN_GRACE_S = 3.0
 VERSION = "0.5.0-nimbus-sim"
+FLUSH_NOTE = ("Please check backend logs for more details. (When there are running or waiting requests, "
+              "the operation will not be performed.)\n")
 
-Handler = Callable[[dict, Callable, Callable, bytes], Awaitable[None]]
-
-
-async def send_json(send, status: int, payload, headers=()) -> None:
-    body = _json.encode(payload)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*JSON, (b"content-length", str(len(body)).encode()), *headers]})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def send_text(send, status: int, text: str, content_type: bytes = b"text/plain; charset=utf-8") -> None:
-    body = text.encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
-
-
-class SSEWriter:
-    def __init__(self, send):
-        self._send = send
-        self.started = False
-
-    async def start(self) -> None:
-        await self._send({"type": "http.response.start", "status": 200, "headers": SSE})
-        self.started = True
-
-    async def event(self, payload) -> None:
-        await self._send({"type": "http.response.body", "body": b"data: " + _json.encode(payload) + b"\n\n",
-                          "more_body": True})
-
-    async def done(self) -> None:
-        await self._send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+Handler = Callable[[http.Request], Awaitable[None]]
 
 
 class SimServer:
@@ -77,10 +47,8 @@ class SimServer:
             refuse=config.fault_refuse,
         )
         self.engine = SimEngine(config, faults=self.faults)
-        self.started = time.monotonic()
-        self.ready_at = self.started + ready_delay
+        self.ready_at = time.monotonic() + ready_delay
         self.draining = False
-        self._engine_task: asyncio.Task | None = None
         get, post, delete = "GET", "POST", "DELETE"
         self.routes: dict[tuple[str, str], Handler] = {
             (post, "/generate"): self.generate,
@@ -106,51 +74,42 @@ class SimServer:
         }
         self._paths = {path for _, path in self.routes}
 
-    # -- ASGI --------------------------------------------------------------------------------
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
-        path, method = scope["path"], scope["method"]
-        handler = self.routes.get((method, path))
+    # -- dispatch ----------------------------------------------------------------------------
+    async def dispatch(self, req: http.Request) -> None:
+        handler = self.routes.get((req.method, req.path))
         if handler is None:
-            status, detail = (405, "Method Not Allowed") if path in self._paths else (404, "Not Found")
-            await send_json(send, status, {"detail": detail})
+            status, detail = (405, "Method Not Allowed") if req.path in self._paths else (404, "Not Found")
+            req.json(status, {"detail": detail})
             return
-        if self.config.api_key and not self._authorized(scope, path):
-            await send_json(send, 401, {"error": "Unauthorized"})
+        if self.config.api_key and not self._authorized(req):
+            req.json(401, {"error": "Unauthorized"})
             return
-        body = b""
-        if method == "POST":
-            more = True
-            while more:
-                message = await receive()
-                body += message.get("body", b"")
-                more = message.get("more_body", False)
-        await handler(scope, receive, send, body)
+        await handler(req)
 
-    def _authorized(self, scope, path: str) -> bool:
+    def _authorized(self, req: http.Request) -> bool:
         # SGLang's API-key middleware lets health checks and metrics through.
-        if path.startswith("/health") or path.startswith("/metrics"):
+        if req.path.startswith("/health") or req.path.startswith("/metrics"):
             return True
-        expected = b"Bearer " + self.config.api_key.encode()
-        return any(k == b"authorization" and v == expected for k, v in scope["headers"])
+        return req.headers.get(b"authorization") == b"Bearer " + self.config.api_key.encode()
 
-    async def _lifespan(self, receive, send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self._engine_task = asyncio.ensure_future(self.engine.run(on_crash=self._crash))
-                delay = max(0.0, self.ready_at - time.monotonic())
-                asyncio.get_running_loop().call_later(delay, self._announce_ready)
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                if self._engine_task:
-                    self._engine_task.cancel()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    # -- running -----------------------------------------------------------------------------
+    async def serve_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        server = await http.serve(self.dispatch, self.config.host, self.config.port)
+        engine_task = asyncio.ensure_future(self.engine.run(on_crash=self._crash))
+        loop.call_later(max(0.0, self.ready_at - time.monotonic()), self._announce_ready)
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        # Graceful: stop accepting, give in-flight requests a moment, then go.
+        server.close()
+        self.draining = True
+        for _ in range(int(SHUTDOWN_GRACE_S / 0.05)):  # polling: the engine has no "idle" event
+            if not self.engine.has_work():
+                break
+            await asyncio.sleep(0.05)
+        engine_task.cancel()
 
     def _announce_ready(self) -> None:
         # The same line SGLang prints, for launchers that watch the log.
@@ -159,6 +118,7 @@ class SimServer:
     @staticmethod
     def _crash() -> None:
         log.error("injected fault: crashing mid-stream")
+        logging.shutdown()
         os._exit(CRASH_EXIT_CODE)
 
     # -- shared gates ------------------------------------------------------------------------
@@ -175,7 +135,8 @@ class SimServer:
             return "The server refused the request (injected fault)."
         return None
 
-    def _parse_body(self, body: bytes) -> dict:
+    @staticmethod
+    def _parse_body(body: bytes) -> dict:
         try:
             data = _decode.decode(body)
         except msgspec.DecodeError as exc:
@@ -189,100 +150,85 @@ class SimServer:
             spec.prompt_ids, spec.max_new_tokens, spec.stop, spec.stop_token_ids, spec.ignore_eos, rid, spec.seed
         )
 
-    def _watch_disconnect(self, receive, reqs: list[SimRequest]) -> asyncio.Future:
-        async def watch() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    for req in reqs:
-                        self.engine.abort(req)
-                    return
+    def _abort_on_disconnect(self, req: http.Request, sims: list[SimRequest]) -> None:
+        def abort() -> None:
+            for sim in sims:
+                self.engine.abort(sim)
 
-        return asyncio.ensure_future(watch())
+        req.conn.on_close(abort)
 
-    async def _updates(self, req: SimRequest):
-        """Yield each time ``stream_interval`` more tokens exist, and once at the end."""
-        sent = 0
-        interval = self.config.stream_interval
-        while True:
-            await req.event.wait()
-            req.event.clear()
-            count = len(req.output_ids)
-            if req.done or count - sent >= interval:
-                sent = count
-                yield count
-            if req.done:
-                return
+    @staticmethod
+    def _when_done(sims: list[SimRequest]) -> asyncio.Future:
+        """A future resolved once every request has finished (one callback per request end)."""
+        future = asyncio.get_running_loop().create_future()
+        pending = {id(s) for s in sims}
 
-    async def _wait_done(self, req: SimRequest) -> None:
-        while not req.done:
-            await req.event.wait()
-            req.event.clear()
+        def listener(sim: SimRequest) -> None:
+            if sim.done and id(sim) in pending:
+                pending.discard(id(sim))
+                if not pending and not future.done():
+                    future.set_result(None)
+
+        for sim in sims:
+            sim.listener = listener
+            listener(sim)  # already finished (e.g. aborted before we got here)
+        return future
+
+    @staticmethod
+    def _aborted(sim: SimRequest) -> bool:
+        return sim.finish_reason is not None and sim.finish_reason["type"] == "abort"
 
     # -- native API --------------------------------------------------------------------------
-    async def generate(self, scope, receive, send, body: bytes) -> None:
+    async def generate(self, req: http.Request) -> None:
         reason = self._unavailable_reason()
         if reason:
-            await send_json(send, 503, {"error": {"message": reason}})
+            req.json(503, {"error": {"message": reason}})
             return
         try:
-            data = self._parse_body(body)
+            data = self._parse_body(req.body)
             specs = protocol.parse_generate(data)
             stream = bool(data.get("stream", False))
             if stream and len(specs) > 1:
                 raise protocol.BadRequest("Streaming a batch of prompts is not supported by the simulator.")
-            rid = data.get("rid") if isinstance(data.get("rid"), str) else None
-            reqs = [self._submit(spec, rid if len(specs) == 1 else None) for spec in specs]
+            rid = data.get("rid") if isinstance(data.get("rid"), str) and len(specs) == 1 else None
+            sims = [self._submit(spec, rid) for spec in specs]
         except (protocol.BadRequest, RequestError) as exc:
-            await send_json(send, 400, {"error": {"message": str(exc)}})
+            req.json(400, {"error": {"message": str(exc)}})
             return
-        watcher = self._watch_disconnect(receive, reqs)
-        try:
-            if stream:
-                await self._stream_generate(send, reqs[0])
-            else:
-                for req in reqs:
-                    await self._wait_done(req)
-                results = [protocol.generate_payload(r) for r in reqs]
-                if any(r.finish_reason and r.finish_reason["type"] == "abort" for r in reqs):
-                    await send_json(send, 400, {"error": {"message": reqs[0].finish_reason["message"]}})
-                else:
-                    await send_json(send, 200, results if protocol.is_batch(data) else results[0])
-        finally:
-            watcher.cancel()
+        self._abort_on_disconnect(req, sims)
+        if stream:
+            req.start_sse()
+            sims[0].listener = NativeStream(req, self.config.stream_interval)
+            return
+        await self._when_done(sims)
+        if any(self._aborted(s) for s in sims):
+            req.json(400, {"error": {"message": sims[0].finish_reason["message"]}})
+            return
+        results = [protocol.generate_payload(s) for s in sims]
+        req.json(200, results if protocol.is_batch(data) else results[0])
 
-    async def _stream_generate(self, send, req: SimRequest) -> None:
-        writer = SSEWriter(send)
-        await writer.start()
-        async for _ in self._updates(req):
-            if req.finish_reason and req.finish_reason["type"] == "abort":
-                await writer.event({"error": {"message": req.finish_reason["message"]}})
-                break
-            await writer.event(protocol.generate_payload(req))
-        await writer.done()
-
-    async def health(self, scope, receive, send, body: bytes) -> None:
+    async def health(self, req: http.Request) -> None:
         while self.faults.hang:  # a hung engine never answers; the caller's timeout decides
             await self.faults.changed.wait()
         healthy = self.ready and not self.draining and self.faults.health == "ok"
-        await send_text(send, 200 if healthy else 503, "")
+        req.send(200 if healthy else 503, b"")
 
-    async def health_generate(self, scope, receive, send, body: bytes) -> None:
+    async def health_generate(self, req: http.Request) -> None:
         """A real one-token generation through the scheduler, as SGLang does it."""
         if not self.ready or self.draining or self.faults.health != "ok":
-            await send_text(send, 503, "")
+            req.send(503, b"")
             return
-        req = self.engine.new_request([1, 2, 3], 1, ignore_eos=True)
+        sim = self.engine.new_request([1, 2, 3], 1, ignore_eos=True)
         try:
-            await asyncio.wait_for(self._wait_done(req), HEALTH_GENERATE_TIMEOUT_S)
+            await asyncio.wait_for(self._when_done([sim]), HEALTH_GENERATE_TIMEOUT_S)
         except TimeoutError:
-            self.engine.abort(req)
-            await send_text(send, 503, "")
+            self.engine.abort(sim)
+            req.send(503, b"")
             return
-        await send_text(send, 200, "")
+        req.send(200, b"")
 
-    async def model_info(self, scope, receive, send, body: bytes) -> None:
-        await send_json(send, 200, {
+    async def model_info(self, req: http.Request) -> None:
+        req.json(200, {
             "model_path": self.config.model_path,
             "tokenizer_path": self.config.model_path,
             "is_generation": True,
@@ -294,15 +240,12 @@ class SimServer:
             "architectures": ["LlamaForCausalLM"],
         })
 
-    async def server_info(self, scope, receive, send, body: bytes) -> None:
-        engine = self.engine
-        from . import timing  # local: keeps the hot import list of this module short
-
-        weights_gb = timing.weight_bytes(self.config.model, self.config.quantization) / self.config.tp_size / 1e9
-        kv_gb = engine.capacity * timing.kv_bytes_per_token(self.config.model, self.config.tp_size,
-                                                             self.config.kv_cache_dtype) / 1e9
-        await send_json(send, 200, {
-            **self.config.server_args(),
+    async def server_info(self, req: http.Request) -> None:
+        engine, config = self.engine, self.config
+        weights_gb = timing.weight_bytes(config.model, config.quantization) / config.tp_size / 1e9
+        kv_gb = engine.capacity * timing.kv_bytes_per_token(config.model, config.tp_size, config.kv_cache_dtype) / 1e9
+        req.json(200, {
+            **config.server_args(),
             "version": VERSION,
             "internal_states": [{
                 "last_gen_throughput": engine.last_gen_throughput,
@@ -314,131 +257,98 @@ class SimServer:
             }],
         })
 
-    async def get_load(self, scope, receive, send, body: bytes) -> None:
+    async def get_load(self, req: http.Request) -> None:
         engine = self.engine
-        await send_json(send, 200, [{
+        req.json(200, [{
             "dp_rank": 0,
             "num_reqs": len(engine.running) + len(engine.waiting),
             "num_waiting_reqs": len(engine.waiting),
             "num_tokens": engine.used_tokens(),
         }])
 
-    async def flush_cache(self, scope, receive, send, body: bytes) -> None:
+    async def flush_cache(self, req: http.Request) -> None:
         if self.engine.flush_cache():
-            await send_text(send, 200, "Cache flushed.\nPlease check backend logs for more details. "
-                                       "(When there are running or waiting requests, the operation will not be "
-                                       "performed.)\n")
+            req.send(200, ("Cache flushed.\n" + FLUSH_NOTE).encode())
         else:
-            await send_text(send, 400, "Cache not flushed. Please check backend logs for more details. "
-                                       "(When there are running or waiting requests, the operation will not be "
-                                       "performed.)\n")
+            req.send(400, ("Cache not flushed. " + FLUSH_NOTE).encode())
 
-    async def metrics(self, scope, receive, send, body: bytes) -> None:
+    async def metrics(self, req: http.Request) -> None:
         if not self.config.enable_metrics:  # SGLang mounts /metrics only with --enable-metrics
-            await send_json(send, 404, {"detail": "Not Found"})
+            req.json(404, {"detail": "Not Found"})
             return
         text = self.engine.metrics.render(self.engine.gauges())
-        await send_text(send, 200, text, b"text/plain; version=0.0.4; charset=utf-8")
+        req.send(200, text.encode(), b"text/plain; version=0.0.4; charset=utf-8")
 
     # -- OpenAI API --------------------------------------------------------------------------
-    async def models(self, scope, receive, send, body: bytes) -> None:
-        await send_json(send, 200, {"object": "list", "data": [{
-            "id": self.config.served_model_name,
-            "object": "model",
-            "created": int(time.time()),
-            "owned_by": "sglang",
-            "root": self.config.served_model_name,
+    async def models(self, req: http.Request) -> None:
+        name = self.config.served_model_name
+        req.json(200, {"object": "list", "data": [{
+            "id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang", "root": name,
             "max_model_len": self.config.context_length,
         }]})
 
-    async def completions(self, scope, receive, send, body: bytes) -> None:
-        await self._openai(receive, send, body, chat=False)
+    async def completions(self, req: http.Request) -> None:
+        await self._openai(req, chat=False)
 
-    async def chat_completions(self, scope, receive, send, body: bytes) -> None:
-        await self._openai(receive, send, body, chat=True)
+    async def chat_completions(self, req: http.Request) -> None:
+        await self._openai(req, chat=True)
 
-    async def _openai(self, receive, send, body: bytes, chat: bool) -> None:
+    async def _openai(self, req: http.Request, chat: bool) -> None:
         reason = self._unavailable_reason()
         if reason:
-            await send_json(send, 503, protocol.openai_error(reason, 503, "ServiceUnavailableError"))
+            req.json(503, protocol.openai_error(reason, 503, "ServiceUnavailableError"))
             return
         try:
-            spec, echo = protocol.parse_openai(self._parse_body(body), chat)
-            req = self._submit(spec)
+            spec, echo = protocol.parse_openai(self._parse_body(req.body), chat)
+            sim = self._submit(spec)
         except (protocol.BadRequest, RequestError) as exc:
-            await send_json(send, 400, protocol.openai_error(str(exc), 400))
+            req.json(400, protocol.openai_error(str(exc), 400))
             return
-        cid, created = protocol.openai_id(chat), protocol.now_seconds()
-        model = self.config.served_model_name
-        watcher = self._watch_disconnect(receive, [req])
-        try:
-            if echo["stream"]:
-                await self._stream_openai(send, req, cid, model, chat, created, echo["include_usage"])
-                return
-            await self._wait_done(req)
-            if req.finish_reason and req.finish_reason["type"] == "abort":
-                await send_json(send, 400, protocol.openai_error(req.finish_reason["message"], 400))
-                return
-            await send_json(send, 200, protocol.openai_response(req, cid, model, chat, created))
-        finally:
-            watcher.cancel()
-
-    async def _stream_openai(self, send, req: SimRequest, cid: str, model: str, chat: bool, created: int,
-                             include_usage: bool) -> None:
-        writer = SSEWriter(send)
-        await writer.start()
-        if chat:  # OpenAI (and SGLang) open a chat stream with the role
-            await writer.event(protocol.openai_chunk(cid, model, chat, created, "", req, first=True))
-        sent = 0
-        async for _ in self._updates(req):
-            if req.finish_reason and req.finish_reason["type"] == "abort":
-                await writer.event({"error": protocol.openai_error(req.finish_reason["message"], 400)})
-                break
-            text = req.text()
-            delta, sent = text[sent:], max(sent, len(text))
-            if req.done:
-                if delta:
-                    await writer.event(protocol.openai_chunk(cid, model, chat, created, delta, req))
-                await writer.event(protocol.openai_chunk(cid, model, chat, created, None if chat else "", req,
-                                                         final=True))
-                if include_usage:
-                    await writer.event(protocol.openai_usage_chunk(cid, model, chat, created, req))
-            elif delta:
-                await writer.event(protocol.openai_chunk(cid, model, chat, created, delta, req))
-        await writer.done()
+        self._abort_on_disconnect(req, [sim])
+        cid, created, model = protocol.openai_id(chat), protocol.now_seconds(), self.config.served_model_name
+        if echo["stream"]:
+            req.start_sse()
+            sim.listener = OpenAIStream(req, cid, model, chat, created, echo["include_usage"],
+                                        self.config.stream_interval)
+            return
+        await self._when_done([sim])
+        if self._aborted(sim):
+            req.json(400, protocol.openai_error(sim.finish_reason["message"], 400))
+            return
+        req.json(200, protocol.openai_response(sim, cid, model, chat, created))
 
     # -- simulator admin ---------------------------------------------------------------------
-    async def faults_get(self, scope, receive, send, body: bytes) -> None:
-        await send_json(send, 200, self.faults.as_dict())
+    async def faults_get(self, req: http.Request) -> None:
+        req.json(200, self.faults.as_dict())
 
-    async def faults_post(self, scope, receive, send, body: bytes) -> None:
+    async def faults_post(self, req: http.Request) -> None:
         try:
-            self.faults.update(self._parse_body(body))
+            self.faults.update(self._parse_body(req.body))
         except (ValueError, TypeError) as exc:
-            await send_json(send, 400, {"error": {"message": str(exc)}})
+            req.json(400, {"error": {"message": str(exc)}})
             return
         log.warning("faults now %s", self.faults.as_dict())
-        await send_json(send, 200, self.faults.as_dict())
+        req.json(200, self.faults.as_dict())
 
-    async def faults_delete(self, scope, receive, send, body: bytes) -> None:
+    async def faults_delete(self, req: http.Request) -> None:
         self.faults.clear()
-        await send_json(send, 200, self.faults.as_dict())
+        req.json(200, self.faults.as_dict())
 
-    async def drain(self, scope, receive, send, body: bytes) -> None:
+    async def drain(self, req: http.Request) -> None:
         self.draining = True
-        await send_json(send, 200, self._drain_state())
+        req.json(200, self._drain_state())
 
-    async def undrain(self, scope, receive, send, body: bytes) -> None:
+    async def undrain(self, req: http.Request) -> None:
         self.draining = False
-        await send_json(send, 200, self._drain_state())
+        req.json(200, self._drain_state())
 
     def _drain_state(self) -> dict:
         e = self.engine
         return {"draining": self.draining, "in_flight": len(e.running) + len(e.waiting) + (1 if e.chunked else 0)}
 
-    async def stats(self, scope, receive, send, body: bytes) -> None:
+    async def stats(self, req: http.Request) -> None:
         e = self.engine
-        await send_json(send, 200, {
+        req.json(200, {
             "ready": self.ready,
             "draining": self.draining,
             "running": len(e.running),
@@ -447,7 +357,80 @@ class SimServer:
             "capacity": e.capacity,
             "radix_tokens": e.radix.total_size,
             "radix_evictable": e.radix.evictable_size,
+            "retractions": e.retractions,
             "sim_time_s": e.now(),
             "lag": e.lag.as_dict(),
             "generation_tokens": e.metrics.generation_tokens,
         })
+
+
+class NativeStream:
+    """``/generate`` streaming: one event per ``stream_interval`` tokens, cumulative text."""
+
+    __slots__ = ("interval", "req", "sent")
+
+    def __init__(self, req: http.Request, interval: int):
+        self.req, self.interval, self.sent = req, interval, 0
+
+    def __call__(self, sim: SimRequest) -> None:
+        count = len(sim.output_ids)
+        if not sim.done and count - self.sent < self.interval:
+            return
+        self.sent = count
+        if SimServer._aborted(sim):
+            self.req.sse({"error": {"message": sim.finish_reason["message"]}})
+        else:
+            self.req.sse(protocol.generate_payload(sim))
+        if sim.done:
+            self.req.sse_done()
+
+
+class OpenAIStream:
+    """OpenAI SSE: role chunk (chat), text deltas, a finish chunk, the usage chunk if asked."""
+
+    __slots__ = ("chat", "cid", "created", "include_usage", "interval", "model", "prefix", "req", "sent_pieces",
+                 "sent_text", "sent_tokens", "suffix")
+
+    _MARK = "\x00delta\x00"
+
+    def __init__(self, req: http.Request, cid: str, model: str, chat: bool, created: int, include_usage: bool,
+                 interval: int):
+        self.req, self.cid, self.model, self.chat, self.created = req, cid, model, chat, created
+        self.include_usage, self.interval = include_usage, interval
+        self.sent_text = self.sent_tokens = self.sent_pieces = 0
+        # Every mid-stream chunk is the same JSON but for the delta: encode it once, split
+        # around the delta, and per token only encode the delta string.
+        template = b"data: " + _encode(protocol.openai_chunk(cid, model, chat, created, self._MARK, None)) + b"\n\n"
+        self.prefix, self.suffix = template.split(_encode(self._MARK))
+        if chat:  # OpenAI (and SGLang) open a chat stream with the role
+            req.sse(protocol.openai_chunk(cid, model, chat, created, "", None, first=True))
+
+    def _delta(self, sim: SimRequest) -> str:
+        # Join only the new pieces: re-joining the whole text per token would be quadratic.
+        if sim.text_cut is None:
+            delta = "".join(sim.pieces[self.sent_pieces:])
+            self.sent_pieces = len(sim.pieces)
+        else:  # a stop string matched: the text was cut, possibly inside what is already sent
+            delta = sim.text()[self.sent_text:]
+        self.sent_text += len(delta)
+        return delta
+
+    def __call__(self, sim: SimRequest) -> None:
+        count = len(sim.output_ids)
+        if not sim.done and count - self.sent_tokens < self.interval:
+            return
+        self.sent_tokens = count
+        if SimServer._aborted(sim):
+            self.req.sse({"error": protocol.openai_error(sim.finish_reason["message"], 400)})
+            self.req.sse_done()
+            return
+        delta = self._delta(sim)
+        if delta:
+            self.req.sse_raw(self.prefix + _encode(delta) + self.suffix)
+        if not sim.done:
+            return
+        self.req.sse(protocol.openai_chunk(self.cid, self.model, self.chat, self.created,
+                                           None if self.chat else "", sim, final=True))
+        if self.include_usage:
+            self.req.sse(protocol.openai_usage_chunk(self.cid, self.model, self.chat, self.created, sim))
+        self.req.sse_done()
