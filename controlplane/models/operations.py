@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from sqlalchemy import ForeignKey, Index, Integer, String, Uuid
+from sqlalchemy import Boolean, ForeignKey, Index, Integer, String, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
 from controlplane.db.base import Base, Timestamps, UUIDPrimaryKey
@@ -47,6 +47,10 @@ class CapacityBlock(UUIDPrimaryKey, Base):
     cloud: Mapped[str] = mapped_column(String(16))
     region: Mapped[str | None] = mapped_column(String(64))
     zone: Mapped[str | None] = mapped_column(String(64))
+    # Capacity is per zone × instance type × market: a spot shortage must not block the
+    # on-demand fallback in the same zone. NULL means "every type" / "both markets".
+    instance_type: Mapped[str | None] = mapped_column(String(64))
+    spot: Mapped[bool | None] = mapped_column(Boolean)
     reason: Mapped[str] = mapped_column(String(500), default="")
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, index=True)

@@ -55,6 +55,8 @@ def upgrade() -> None:
         sa.Column("cloud", sa.String(length=16), nullable=False),
         sa.Column("region", sa.String(length=64), nullable=True),
         sa.Column("zone", sa.String(length=64), nullable=True),
+        sa.Column("instance_type", sa.String(length=64), nullable=True),
+        sa.Column("spot", sa.Boolean(), nullable=True),
         sa.Column("reason", sa.String(length=500), nullable=False),
         sa.Column("created_at", controlplane.db.types.UTCDateTime(), nullable=False),
         sa.Column("expires_at", controlplane.db.types.UTCDateTime(), nullable=False),
