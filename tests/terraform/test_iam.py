@@ -1,0 +1,149 @@
+"""Least privilege: the control plane gets only the cloud calls the providers make, scoped to Nimbus nodes."""
+
+from __future__ import annotations
+
+from tests.terraform import hcl
+
+AWS = hcl.MODULES_ROOT / "aws"
+GCP = hcl.MODULES_ROOT / "gcp"
+
+
+def _policy_document(directory, name):
+    for path in hcl.tf_files(directory):
+        for entry in hcl.parse_file(path).get("data", []):
+            doc = entry.get("aws_iam_policy_document", {}).get(name)
+            if doc is not None:
+                return doc["statement"]
+    raise KeyError(name)
+
+
+def _conditions(statement):
+    return {(c["test"], c["variable"]): c["values"] for c in statement.get("condition", [])}
+
+
+def _resource(directory, rtype, name):
+    for found_type, found_name, body in hcl.resources(directory):
+        if (found_type, found_name) == (rtype, name):
+            return body
+    raise KeyError((rtype, name))
+
+
+# What infra/aws.py calls (the issue's list), plus the KMS grant EC2 needs to create
+# volumes encrypted with a customer key on the caller's behalf.
+AWS_PROVIDER_ACTIONS = {
+    "ec2:RunInstances", "ec2:CreateTags", "ec2:DescribeInstances", "ec2:TerminateInstances",
+    "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "iam:PassRole",
+}
+KMS_FOR_ENCRYPTED_VOLUMES = {
+    "kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncrypt*",
+}
+
+
+def test_aws_control_plane_holds_only_the_provider_actions():
+    statements = _policy_document(AWS / "control-plane", "provision")
+    actions = {action for s in statements for action in s["actions"]}
+    assert actions == AWS_PROVIDER_ACTIONS | KMS_FOR_ENCRYPTED_VOLUMES
+
+
+def test_aws_only_describe_calls_use_a_wildcard_resource():
+    for s in _policy_document(AWS / "control-plane", "provision"):
+        if "*" in s["resources"]:
+            assert all(a.startswith("ec2:Describe") for a in s["actions"]), s["sid"]
+
+
+def test_aws_new_instances_and_volumes_must_carry_the_ownership_tags_and_come_from_a_template():
+    (statement,) = [s for s in _policy_document(AWS / "control-plane", "provision") if s["sid"] == "LaunchTaggedNodes"]
+    assert any(r.endswith(":instance/*") for r in statement["resources"])
+    assert any(r.endswith(":volume/*") for r in statement["resources"])
+    conditions = _conditions(statement)
+    assert conditions[("StringEquals", "aws:RequestTag/managed-by")] == ["nimbus"]
+    assert conditions[("StringEquals", "aws:RequestTag/nimbus-cluster")] == ["${var.cluster_name}"]
+    assert conditions[("Null", "aws:RequestTag/nimbus-node-id")] == ["false"]
+    assert conditions[("Null", "aws:RequestTag/nimbus-pool-id")] == ["false"]
+    assert conditions[("ArnLike", "ec2:LaunchTemplate")] == "${var.gpu_launch_template_arns}"
+
+
+def test_aws_tags_only_at_launch_and_terminates_only_own_nodes():
+    statements = {s["sid"]: s for s in _policy_document(AWS / "control-plane", "provision")}
+    assert _conditions(statements["TagOnLaunch"])[("StringEquals", "ec2:CreateAction")] == ["RunInstances"]
+    terminate = _conditions(statements["TerminateOwnNodes"])
+    assert terminate[("StringEquals", "aws:ResourceTag/managed-by")] == ["nimbus"]
+    assert terminate[("StringEquals", "aws:ResourceTag/nimbus-cluster")] == ["${var.cluster_name}"]
+
+
+def test_aws_passes_only_the_gpu_node_role_to_ec2():
+    statements = [s for s in _policy_document(AWS / "control-plane", "provision") if "iam:PassRole" in s["actions"]]
+    (statement,) = statements
+    assert statement["resources"] == "${var.gpu_instance_role_arns}"
+    assert _conditions(statement)[("StringEquals", "iam:PassedToService")] == ["ec2.amazonaws.com"]
+
+
+def test_aws_gpu_node_role_only_reads_and_publishes_weights():
+    statements = _policy_document(AWS / "gpu-template", "node")
+    actions = {a for s in statements for a in s["actions"]}
+    assert actions == {"s3:ListBucket", "s3:GetObject", "s3:PutObject", "kms:Decrypt", "kms:GenerateDataKey"}
+    assert all("artifact_bucket_arn" in str(s["resources"]) or s["sid"] == "UseBucketKey" for s in statements)
+
+
+def test_aws_launch_template_enforces_imdsv2_and_encryption():
+    template = _resource(AWS / "gpu-template", "aws_launch_template", "this")
+    metadata = template["metadata_options"][0]
+    assert metadata["http_tokens"] == "required"
+    assert metadata["http_put_response_hop_limit"] == 1
+    ebs = template["block_device_mappings"][0]["ebs"][0]
+    assert ebs["encrypted"] is True and ebs["kms_key_id"] == "${var.kms_key_arn}"
+    assert "network_interfaces" not in template  # no public address option at all
+
+
+def test_aws_gpu_nodes_admit_only_the_edge_and_the_control_plane():
+    gpu = AWS / "gpu-template"
+    ingress = [(name, body) for rtype, name, body in hcl.resources(gpu) if rtype == "aws_vpc_security_group_ingress_rule"]
+    assert {name for name, _ in ingress} == {"from_security_groups", "from_cidrs"}
+    region = hcl.blocks(AWS / "region", "module")["gpu_template"]
+    assert region["admitted_security_groups"] == (
+        "${merge(var.admitted_security_groups, {edge = module.edge.security_group_id})}"
+    )
+    platform = hcl.blocks(AWS / "platform", "module")["primary"]
+    assert platform["admitted_security_groups"] == {
+        "control_plane": "${module.control_plane.services_security_group_id}"
+    }
+
+
+# What infra/gcp.py calls: instances.insert from an instance template (labels, metadata,
+# service account, tags, scheduling for spot), instances.get/list/delete,
+# zoneOperations.get (wait polls it).
+GCP_PROVIDER_PERMISSIONS = {
+    "compute.instances.create", "compute.instances.get", "compute.instances.list", "compute.instances.delete",
+    "compute.instances.setLabels", "compute.instances.setMetadata", "compute.instances.setServiceAccount",
+    "compute.instances.setTags", "compute.instances.setScheduling", "compute.disks.create",
+    "compute.disks.setLabels", "compute.images.useReadOnly", "compute.instanceTemplates.useReadOnly",
+    "compute.subnetworks.use", "compute.zoneOperations.get",
+}
+
+
+def test_gcp_provisioner_role_has_exactly_the_provider_permissions():
+    role = _resource(GCP / "provisioner", "google_project_iam_custom_role", "this")
+    assert set(role["permissions"]) == GCP_PROVIDER_PERMISSIONS
+
+
+def test_gcp_provisioner_touches_only_nimbus_named_instances_and_acts_only_as_gpu_accounts():
+    member = _resource(GCP / "provisioner", "google_project_iam_member", "this")
+    expression = member["condition"][0]["expression"].replace('\\"', '"')
+    assert 'resource.name.extract("/instances/{name}").startsWith("${var.node_name_prefix}")' in expression
+    assert 'resource.name.extract("/disks/{name}").startsWith("${var.node_name_prefix}")' in expression
+    act_as = _resource(GCP / "provisioner", "google_service_account_iam_member", "act_as_gpu")
+    assert act_as["for_each"] == "${var.gpu_service_account_ids}"
+    assert act_as["role"] == "roles/iam.serviceAccountUser"
+    project_roles = [body["role"] for rtype, _, body in hcl.resources(GCP / "provisioner")
+                     if rtype == "google_project_iam_member"]
+    assert project_roles == ["${google_project_iam_custom_role.this.id}"]
+
+
+def test_gcp_instance_templates_label_nodes_and_keep_them_private():
+    template = _resource(GCP / "gpu-template", "google_compute_region_instance_template", "this")
+    assert "access_config" not in template["network_interface"][0]
+    assert template["disk"][0]["disk_encryption_key"][0]["kms_key_self_link"] == "${var.kms_key_id}"
+    ownership = hcl.locals_(GCP / "gpu-template")["ownership_labels"]
+    assert ownership == {"managed-by": "nimbus", "nimbus-cluster": "${var.cluster_name}"}
+    aws_tags = hcl.locals_(AWS / "gpu-template")["ownership_tags"]
+    assert aws_tags == {"managed-by": "nimbus", "nimbus-cluster": "${var.cluster_name}"}
