@@ -154,9 +154,9 @@ class Connection(asyncio.Protocol):
                 self.write_response(500, b"Internal Server Error", b"text/plain")
 
     # -- writing -----------------------------------------------------------------------------
-    def _head(self, status: int, content_type: bytes, extra: bytes, framing: bytes) -> bytes:
+    def _head(self, status: int, content_type: bytes, extra: bytes, framing: bytes, close: bool = False) -> bytes:
         reason = _REASONS.get(status, b"Unknown")
-        keep = self._current is None or self._current.keep_alive
+        keep = not close and (self._current is None or self._current.keep_alive)
         return (b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\n%s%sconnection: %s\r\n\r\n"
                 % (status, reason, content_type, extra, framing, b"keep-alive" if keep else b"close"))
 
@@ -194,8 +194,8 @@ class Connection(asyncio.Protocol):
 
     def _fail(self, status: int, message: bytes) -> None:
         if self.transport and not self.closed:
-            self.transport.write(self._head(status, b"text/plain", b"", b"content-length: %d\r\n" % len(message))
-                                 + message)
+            framing = b"content-length: %d\r\n" % len(message)
+            self.transport.write(self._head(status, b"text/plain", b"", framing, close=True) + message)
             self.transport.close()
 
 

@@ -259,8 +259,11 @@ class SimServer:
 
     async def get_load(self, req: http.Request) -> None:
         engine = self.engine
+        # One entry per data-parallel rank; without DP SGLang reports rank/rid/ipc as null.
         req.json(200, [{
-            "dp_rank": 0,
+            "rid": None,
+            "http_worker_ipc": None,
+            "dp_rank": None,
             "num_reqs": len(engine.running) + len(engine.waiting),
             "num_waiting_reqs": len(engine.waiting),
             "num_tokens": engine.used_tokens(),

@@ -24,7 +24,9 @@ def requests_served(url: str) -> float:
 
 @pytest.fixture(scope="module")
 def routed_fleet(tmp_path_factory):
-    # A local-looking model path keeps the router from trying to fetch a tokenizer from the internet.
+    # The router also tries to load a tokenizer for the model path (from disk, else from the
+    # Hugging Face hub); on this loopback-only machine that fails with a warning and routing
+    # works without it, as it does for real workers.
     with sim_fleet(3, served_model_name="sim-model", model_path="/models/llama-3.1-8b",
                    extra_args=["--time-scale", "50", "--enable-metrics"]) as sims:
         port = free_port()
