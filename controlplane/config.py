@@ -36,6 +36,9 @@ class Settings(BaseSettings):
         default=SecretStr(""), description="Signs console session cookies; generated per state dir if empty."
     )
     public_url: str = Field(default="http://127.0.0.1:8000", description="Where agents reach the control plane.")
+    edge_url: str = Field(
+        default="http://127.0.0.1:8080", description="An edge proxy the console's playground streams through."
+    )
     cluster_name: str = Field(default="nimbus", description="Ownership tag on every VM this cluster launches.")
     key_cache_seconds: float = Field(default=5.0, description="How long a verified API key stays cached.")
     db_pool_size: int = Field(default=10, ge=1)

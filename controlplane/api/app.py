@@ -15,11 +15,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from controlplane.api.admin import admin_router
+from controlplane.api.agents import agents_router
 from controlplane.api.deps import provide_db, provide_key_verifier, provide_settings
 from controlplane.api.errors import EXCEPTION_HANDLERS
 from controlplane.api.internal import EdgeController
 from controlplane.api.tenant import TenantSelfController
 from controlplane.config import Settings, get_settings
+from controlplane.console.routes import console_router, console_static, console_template_config
 from controlplane.db.engine import make_async_engine, make_async_sessionmaker
 from controlplane.services.keys import KeyVerifier
 
@@ -63,7 +65,11 @@ def create_app(settings: Settings | None = None, extra_handlers: list | None = N
         ),
     )
     return Litestar(
-        route_handlers=[healthz, metrics, admin_router, TenantSelfController, EdgeController, *(extra_handlers or [])],
+        route_handlers=[
+            healthz, metrics, admin_router, TenantSelfController, EdgeController, agents_router, console_router, console_static,
+            *(extra_handlers or []),
+        ],
+        template_config=console_template_config,
         dependencies={
             "db": Provide(provide_db),
             "settings": Provide(provide_settings),

@@ -1,0 +1,76 @@
+"""Operator views: tenants and quotas, pools with replicas by state, GPU and KV use, autoscaler
+decisions with their reasons, nodes, operations and failover history.
+
+Operators sign in with the admin token once; the console keeps a separate operator session and
+the token itself never reaches a page or a cookie.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from litestar import Controller, Request, Response, get, post
+from litestar.di import Provide
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from controlplane.config import Settings
+from controlplane.console import auth, sessions, views
+from controlplane.console.web import login_page, page, redirect
+
+
+class OperatorAuthController(Controller):
+    path = "/console/admin"
+
+    @get("/login")
+    async def login_form(self) -> Response:
+        return login_page("operator/login.html")
+
+    @post("/login")
+    async def login(self, request: Request, db: AsyncSession, settings: Settings) -> Response:
+        form = await auth.checked_login_form(request)
+        if not auth.admin_token_ok(settings, form.get("token", "")):
+            return login_page("operator/login.html", status_code=401, error="That admin token did not work.")
+        live = await sessions.start(db, kind="operator")
+        return redirect("/console/admin", cookies=[
+            sessions.cookie(sessions.OPERATOR_COOKIE, live.token, int(sessions.SESSION_TTL.total_seconds())),
+            sessions.expired_cookie(sessions.LOGIN_CSRF_COOKIE),
+        ])
+
+    @post("/logout", dependencies={"live": Provide(auth.provide_operator_session)})
+    async def logout(self, request: Request, db: AsyncSession, live: sessions.Live) -> Response:
+        await auth.checked_form(request, live)
+        await sessions.end(db, live)
+        return redirect("/console/admin/login", cookies=[sessions.expired_cookie(sessions.OPERATOR_COOKIE)])
+
+
+class OperatorConsoleController(Controller):
+    path = "/console/admin"
+    dependencies = {"live": Provide(auth.provide_operator_session)}
+
+    @get("/")
+    async def tenants_page(self, db: AsyncSession, live: sessions.Live) -> Response:
+        rows, total = await views.tenant_rows(db)
+        return page("operator/tenants.html", live, nav="tenants", operator=True, tenants=rows, total=total)
+
+    @get("/pools")
+    async def pools_page(self, db: AsyncSession, live: sessions.Live) -> Response:
+        rows = await views.pool_rows(db)
+        decisions = await views.recent_decisions(db, [r.pool.id for r in rows])
+        names = {r.pool.id: r.pool.name for r in rows}
+        return page("operator/pools.html", live, nav="pools", operator=True, pools=rows, decisions=decisions[:30],
+                    pool_names=names)
+
+    @get("/pools/{pool_id:uuid}")
+    async def pool_page(self, db: AsyncSession, live: sessions.Live, pool_id: uuid.UUID) -> Response:
+        row, decisions, ops = await views.pool_detail(db, pool_id)
+        return page("operator/pool.html", live, nav="pools", operator=True, row=row, decisions=decisions,
+                    operations=ops)
+
+    @get("/nodes")
+    async def nodes_page(self, db: AsyncSession, live: sessions.Live) -> Response:
+        return page("operator/nodes.html", live, nav="nodes", operator=True, nodes=await views.nodes(db))
+
+    @get("/operations")
+    async def operations_page(self, db: AsyncSession, live: sessions.Live) -> Response:
+        return page("operator/operations.html", live, nav="operations", operator=True,
+                    operations=await views.operations(db))

@@ -1,0 +1,236 @@
+"""Tenant pages: sign-in, dashboard, keys, models, usage, latency and the playground.
+
+Every read passes ``live.row.tenant_id`` (the signed-in tenant) to the services, which scope
+their queries by it; nothing here takes a tenant id from the URL or the form.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Annotated
+
+from litestar import Controller, Request, Response, get, post
+from litestar.di import Provide
+from litestar.params import Parameter
+from litestar.response import Stream
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from controlplane.config import Settings
+from controlplane.console import auth, charts, metrics, playground, sessions, views
+from controlplane.console.web import login_page, page, redirect
+from controlplane.db.types import utcnow
+from controlplane.schemas.tenancy import KeyCreate
+from controlplane.services import catalog_views, keys, tenants, usage
+from controlplane.services.errors import FieldError, Forbidden, Invalid, ServiceError
+from controlplane.services.keys import KeyVerifier
+
+RangeParam = Annotated[str, Parameter(default=metrics.DEFAULT_RANGE, pattern=r"^(1h|24h|7d)$")]
+GranularityParam = Annotated[str, Parameter(default="hour", pattern=r"^(minute|hour|day)$")]
+EXPIRY_CHOICES = {"never": None, "7d": dt.timedelta(days=7), "30d": dt.timedelta(days=30),
+                  "90d": dt.timedelta(days=90)}
+
+
+def _pct(v: float) -> str:
+    return f"{v * 100:.0f}%"
+
+
+def _ms(v: float) -> str:
+    return f"{v:,.0f} ms"
+
+
+class TenantAuthController(Controller):
+    path = "/console"
+
+    @get("/", name="console:home")
+    async def home(self) -> Response:
+        return redirect("/console/dashboard")
+
+    @get("/login")
+    async def login_form(self) -> Response:
+        return login_page("login.html")
+
+    @post("/login")
+    async def login(self, request: Request, db: AsyncSession, key_verifier: KeyVerifier) -> Response:
+        form = await auth.checked_login_form(request)
+        if form.get("method") == "password":
+            tenant = await auth.tenant_by_password(db, form.get("email", ""), form.get("password", ""))
+            live = tenant and await sessions.start(
+                db, kind="tenant", tenant_id=tenant.id, signin_label="console-password",
+                scopes=frozenset({"inference", "manage"}),
+            )
+        else:
+            principal = await auth.tenant_by_key(db, key_verifier, form.get("api_key", ""))
+            live = principal and await sessions.start(
+                db, kind="tenant", tenant_id=principal.tenant_id, signin_key_id=principal.key_id,
+                signin_label=principal.key_prefix or "", scopes=principal.scopes,
+            )
+        if not live:
+            return login_page("login.html", status_code=401, method=form.get("method", "key"),
+                              email=form.get("email", ""),
+                              error="Those credentials did not work. Keys need the 'manage' scope.")
+        if "inference" in live.row.scopes:
+            # Minted now so it has reached the edges by the time the playground is opened.
+            await sessions.playground_key(db, live)
+        return redirect("/console/dashboard", cookies=[
+            sessions.cookie(sessions.TENANT_COOKIE, live.token, int(sessions.SESSION_TTL.total_seconds())),
+            sessions.expired_cookie(sessions.LOGIN_CSRF_COOKIE),
+        ])
+
+    @post("/logout", dependencies={"live": Provide(auth.provide_tenant_session)})
+    async def logout(self, request: Request, db: AsyncSession, live: sessions.Live) -> Response:
+        await auth.checked_form(request, live)
+        await sessions.end(db, live)
+        request.app.state.key_verifier.forget_all()
+        return redirect("/console/login", cookies=[sessions.expired_cookie(sessions.TENANT_COOKIE)])
+
+
+class TenantConsoleController(Controller):
+    path = "/console"
+    dependencies = {"live": Provide(auth.provide_tenant_session)}
+
+    async def _tenant(self, db: AsyncSession, live: sessions.Live):
+        return tenants.tenant_out(await tenants.get(db, live.row.tenant_id))
+
+    @get("/dashboard")
+    async def dashboard(self, db: AsyncSession, live: sessions.Live, range: RangeParam = "24h") -> Response:
+        start, end, step = metrics.window(range, utcnow())
+        report = await usage.report(db, live.row.tenant_id, start=start, end=end, granularity="minute")
+        points = metrics.timeline(report, start, end, step)
+        times = [p.start for p in points]
+        chart_list = [
+            charts.bar_chart("chart-requests", "Requests", times, [p.requests for p in points], step),
+            charts.bar_chart("chart-tokens", "Tokens (prompt + completion)", times, [p.tokens for p in points], step),
+            charts.line_chart("chart-ttft", "Time to first token (p50, p95)", times,
+                              [("p50", [p.ttft_p50 for p in points]), ("p95", [p.ttft_p95 for p in points])],
+                              step, fmt=_ms),
+            charts.line_chart("chart-cache", "Prompt cache hit rate", times,
+                              [("hit rate", [p.cache_hit_rate for p in points])], step, fmt=_pct, y_max=1.0),
+            charts.bar_chart("chart-errors", "Errors", times, [p.errors for p in points], step),
+        ]
+        total = report.total
+        summary = {
+            "requests": total.requests, "tokens": total.prompt_tokens + total.completion_tokens,
+            "errors": total.errors, "cache_hit_rate": total.cache_hit_rate,
+            "ttft_p50": metrics.overall_ttft(points, 0.5), "ttft_p95": metrics.overall_ttft(points, 0.95),
+        }
+        return page("dashboard.html", live, nav="dashboard", tenant=await self._tenant(db, live), charts=chart_list,
+                    points=[p for p in points if p.requests], summary=summary, range=range,
+                    ranges=list(metrics.RANGES), step=step)
+
+    # ---------------------------------------------------------------- keys
+    async def _keys_page(self, db: AsyncSession, live: sessions.Live, status_code: int = 200, **extra) -> Response:
+        rows, _ = await keys.list_for_tenant(db, live.row.tenant_id, include_revoked=True, limit=200, offset=0)
+        rows.sort(key=lambda k: (k.revoked_at is not None, k.created_at), reverse=False)
+        return page("keys.html", live, status_code=status_code, nav="keys", tenant=await self._tenant(db, live),
+                    keys=[keys.key_out(k) for k in rows], expiry_choices=list(EXPIRY_CHOICES),
+                    can_manage="manage" in live.row.scopes, **extra)
+
+    @get("/keys")
+    async def keys_page(self, db: AsyncSession, live: sessions.Live,
+                        revoked: Annotated[str | None, Parameter(default=None, max_length=16)] = None) -> Response:
+        return await self._keys_page(db, live, revoked=revoked)
+
+    @post("/keys")
+    async def create_key(self, request: Request, db: AsyncSession, live: sessions.Live) -> Response:
+        form = await auth.checked_form(request, live)
+        scopes = [s for s in ("inference", "manage") if form.get(f"scope_{s}")]
+        expiry = EXPIRY_CHOICES.get(form.get("expires", "never"))
+        try:
+            if not scopes:
+                raise Invalid("choose at least one scope", [FieldError("scopes", "choose at least one")])
+            body = KeyCreate(name=form.get("name", "").strip()[:200], scopes=scopes,
+                             expires_at=utcnow() + expiry if expiry else None)
+            key, secret = await keys.create(db, live.principal, live.row.tenant_id, body)
+        except ServiceError as exc:
+            return await self._keys_page(db, live, status_code=exc.status, error=exc.detail)
+        # Rendered straight from the POST (no redirect, no-store): this response is the only place
+        # the secret ever appears.
+        return await self._keys_page(db, live, status_code=201, created=keys.key_out(key), secret=secret)
+
+    @post("/keys/{key_id:uuid}/revoke")
+    async def revoke_key(self, request: Request, db: AsyncSession, live: sessions.Live, key_id: uuid.UUID) -> Response:
+        await auth.checked_form(request, live)
+        key = await keys.revoke(db, live.principal, live.row.tenant_id, key_id)
+        request.app.state.key_verifier.forget_all()
+        return redirect(f"/console/keys?revoked={key.prefix}")
+
+    # ---------------------------------------------------------------- models, latency
+    @get("/models")
+    async def models_page(self, db: AsyncSession, live: sessions.Live) -> Response:
+        return page("models.html", live, nav="models", tenant=await self._tenant(db, live),
+                    models=await catalog_views.models_for_tenant(db, live.row.tenant_id))
+
+    @get("/models/{name:str}")
+    async def model_page(self, db: AsyncSession, live: sessions.Live, name: str) -> Response:
+        model = await views.visible_model(db, live.row.tenant_id, name)
+        rows = await views.latency_breakdowns(db, live.row.tenant_id, since=dt.timedelta(days=1), model=name)
+        return page("model.html", live, nav="models", tenant=await self._tenant(db, live), model=model,
+                    breakdowns=rows, stacks=_stacks(rows))
+
+    @get("/latency")
+    async def latency_page(self, db: AsyncSession, live: sessions.Live, range: RangeParam = "24h") -> Response:
+        since = metrics.RANGES[range][0]
+        rows = await views.latency_breakdowns(db, live.row.tenant_id, since=since)
+        return page("latency.html", live, nav="latency", tenant=await self._tenant(db, live), breakdowns=rows,
+                    stacks=_stacks(rows), range=range, ranges=list(metrics.RANGES))
+
+    # ---------------------------------------------------------------- usage
+    async def _usage(self, db: AsyncSession, live: sessions.Live, range: str, granularity: str):
+        start, end, _ = metrics.window(range, utcnow())
+        report = await usage.report(db, live.row.tenant_id, start=start, end=end, granularity=granularity)
+        return report, metrics.usage_rows(report)
+
+    @get("/usage")
+    async def usage_page(self, db: AsyncSession, live: sessions.Live, range: RangeParam = "24h",
+                         granularity: GranularityParam = "hour") -> Response:
+        report, rows = await self._usage(db, live, range, granularity)
+        return page("usage.html", live, nav="usage", tenant=await self._tenant(db, live), rows=rows,
+                    total=report.total, range=range, ranges=list(metrics.RANGES), granularity=granularity)
+
+    @get("/usage.csv")
+    async def usage_csv(self, db: AsyncSession, live: sessions.Live, range: RangeParam = "24h",
+                        granularity: GranularityParam = "hour") -> Response:
+        _, rows = await self._usage(db, live, range, granularity)
+        return Response(
+            content=metrics.to_csv(rows), media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="nimbus-usage-{range}-{granularity}.csv"'},
+        )
+
+    # ---------------------------------------------------------------- playground
+    @get("/playground")
+    async def playground_page(self, db: AsyncSession, live: sessions.Live) -> Response:
+        models = await catalog_views.models_for_tenant(db, live.row.tenant_id)
+        return page("playground.html", live, nav="playground", tenant=await self._tenant(db, live), models=models,
+                    can_infer="inference" in live.row.scopes, max_tokens_limit=playground.MAX_TOKENS_LIMIT)
+
+    @post("/playground/stream")
+    async def playground_stream(self, request: Request, db: AsyncSession, live: sessions.Live,
+                                settings: Settings) -> Response:
+        form = await auth.checked_form(request, live)
+        requested = form.get("model", "")
+        await views.visible_model(db, live.row.tenant_id, requested.partition(":")[0])
+        message = form.get("message", "").strip()
+        if not message:
+            raise Invalid("write a message first", [FieldError("message", "required")])
+        if "inference" not in live.row.scopes:
+            raise Forbidden("this session's key lacks the 'inference' scope")
+        try:
+            max_tokens = int(form.get("max_tokens") or 128)
+        except ValueError:
+            max_tokens = 128
+        secret, created_at = await sessions.playground_key(db, live)
+        await db.commit()  # the key must be visible to the edge's next snapshot before we call it
+        body = playground.chat_body(requested, message, max_tokens)
+        return Stream(playground.stream_chat(settings.edge_url, secret, created_at, body),
+                      media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+
+
+def _stacks(rows: list[metrics.Breakdown]) -> dict[str, object]:
+    return {
+        f"{b.model}:{b.tier}": charts.stacked_bar(
+            f"stack-{i}", f"Latency of {b.model} ({b.tier})",
+            [("queueing", b.queue_ms or 0.0), ("prefill", b.prefill_ms or 0.0), ("generation", b.generation_ms or 0.0)],
+        )
+        for i, b in enumerate(rows) if b.requests
+    }
