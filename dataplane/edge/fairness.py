@@ -98,3 +98,49 @@ class FairQueue:
 
     def charge_output(self, tenant_id: str, weight: float, output_tokens: int) -> None:
         self.counters[tenant_id] = self.counters.get(tenant_id, 0.0) + self.w_output * output_tokens / weight
+
+
+class ShareGuard:
+    """Keeps a little headroom free for tenants under their fair share.
+
+    VTC decides who goes next from the queue, but it cannot preempt: once a flooding tenant has
+    filled every slot, a quiet tenant still waits for one to free up. So a tenant already holding
+    at least its fair share of a variant's slots (capacity / tenants active recently) may not take
+    the last ``headroom`` free slots; those stay for the others. With one active tenant the fair
+    share is everything, so a lone tenant can still use the whole fleet (work-conserving then).
+    """
+
+    def __init__(self, headroom_fraction: float = 0.15, active_window_s: float = 10.0) -> None:
+        self.headroom_fraction = headroom_fraction
+        self.active_window_s = active_window_s
+        self.inflight: dict[str, int] = {}
+        self.last_seen: dict[str, float] = {}
+
+    def seen(self, tenant_id: str, now: float) -> None:
+        self.last_seen[tenant_id] = now
+
+    def active_tenants(self, now: float) -> int:
+        horizon = now - self.active_window_s
+        stale = [t for t, at in self.last_seen.items() if at < horizon and not self.inflight.get(t)]
+        for t in stale:
+            del self.last_seen[t]
+        return max(1, len(self.last_seen))
+
+    def allows(self, tenant_id: str, free_slots: int, total_slots: int, now: float) -> bool:
+        if self.headroom_fraction <= 0 or total_slots <= 0:
+            return True
+        headroom = max(1, int(total_slots * self.headroom_fraction))
+        if free_slots > headroom:
+            return True
+        fair_share = total_slots / self.active_tenants(now)
+        return self.inflight.get(tenant_id, 0) < fair_share
+
+    def acquired(self, tenant_id: str) -> None:
+        self.inflight[tenant_id] = self.inflight.get(tenant_id, 0) + 1
+
+    def released(self, tenant_id: str) -> None:
+        left = self.inflight.get(tenant_id, 0) - 1
+        if left > 0:
+            self.inflight[tenant_id] = left
+        else:
+            self.inflight.pop(tenant_id, None)

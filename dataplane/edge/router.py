@@ -24,6 +24,7 @@ class Ticket:
     rtt_ms: float
     started: bool = False
     closed: bool = False
+    tenant_id: str = ""
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ from dataplane.edge.admission import Admission
 from dataplane.edge.auth import authenticate
 from dataplane.edge.breaker import OPEN, RetryBudget
 from dataplane.edge.catalog import BATCH, INTERACTIVE, ApiKey, Catalog, Replica, Tenant, Variant
-from dataplane.edge.fairness import Waiter
+from dataplane.edge.fairness import ShareGuard, Waiter
 from dataplane.edge.health import HealthMonitor
 from dataplane.edge.limits import Lease, Limiter, RedisStore, to_error
 from dataplane.edge.metrics import EdgeMetrics
@@ -119,6 +119,7 @@ class EdgeService:
                              self.ttft_model,
                              retry_budget=RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min_per_s))
         self.admission = Admission(settings.queue_max, settings.queue_timeout_s, time.monotonic)
+        self.share_guards: dict[str, ShareGuard] = {}  # per variant
         self.response_cache = ResponseCache(settings.response_cache_entries, settings.response_cache_ttl_s)
         self.source = source_factory(self)
         self.redis = None
@@ -322,20 +323,35 @@ class EdgeService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._catalog_changed.wait(), min(deadline - now, s.activation_repeat_s))
 
+    def share_guard(self, variant_id: str) -> ShareGuard:
+        guard = self.share_guards.get(variant_id)
+        if guard is None:
+            guard = self.share_guards[variant_id] = ShareGuard(self.settings.fair_headroom_fraction,
+                                                               self.settings.fair_active_window_s)
+        return guard
+
     async def _acquire(self, st: RequestState, route_req: RouteRequest, excluded: set[str]) -> Ticket:
         tenant, variant, req = st.tenant, st.variant, st.req
         assert tenant is not None and variant is not None and req is not None
         queue = self.admission.queue(variant.id)
+        guard = self.share_guard(variant.id)
+        guard.seen(tenant.id, time.monotonic())
 
         def try_dispatch(now: float) -> Ticket | None:
             catalog = self.catalog
             if catalog is None:
                 return None
             replicas = catalog.candidates(tenant.id, variant.id)
-            decision = self.router.choose(route_req, self.router.eligible(catalog, replicas, now, excluded), now)
+            candidates = self.router.eligible(catalog, replicas, now, excluded)
+            free = sum(max(0, c.capacity - c.running) for c in candidates)
+            if not guard.allows(tenant.id, free, sum(c.capacity for c in candidates), now):
+                return None
+            decision = self.router.choose(route_req, candidates, now)
             if decision is None:
                 return None
             ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now)
+            ticket.tenant_id = tenant.id
+            guard.acquired(tenant.id)
             st.ticket = ticket
             queue.charge_admit(tenant.id, tenant.weight, route_req.prompt_tokens)
             rid = ticket.replica.id
@@ -355,6 +371,8 @@ class EdgeService:
         return ticket
 
     def _release(self, st: RequestState, ticket: Ticket, ok: bool | None, cached: int | None = None) -> None:
+        if not ticket.closed:
+            self.share_guard(ticket.replica.variant_id).released(ticket.tenant_id)
         self.router.release(ticket, ok, time.monotonic(), cached)
         self.admission.pump(ticket.replica.variant_id)
 

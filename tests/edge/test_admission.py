@@ -30,8 +30,8 @@ def one_slot_edge(edge_factory, sim, **settings):
     return edge_factory(cfg, redis_url="none")
 
 
-def run(edge, key, finished, tag, max_tokens=60):
-    c = openai.OpenAI(base_url=edge.url + "/v1", api_key=key, max_retries=0, timeout=60)
+def run(edge, key, finished, tag, max_tokens=150, c=None):
+    c = c or openai.OpenAI(base_url=edge.url + "/v1", api_key=key, max_retries=0, timeout=60)
     c.completions.create(model="demo", prompt=f"{tag}", max_tokens=max_tokens, extra_body={"ignore_eos": True})
     finished.append(tag)
     finished_at[tag] = time.monotonic()
@@ -43,25 +43,26 @@ finished_at: dict[str, float] = {}
 def test_light_tenant_overtakes_a_flood(edge_factory, slow_sim):
     edge = one_slot_edge(edge_factory, slow_sim)
     finished: list[str] = []
-    threads = [threading.Thread(target=run, args=(edge, FLOOD, finished, f"flood{i}")) for i in range(8)]
+    threads = [threading.Thread(target=run, args=(edge, FLOOD, finished, f"flood{i}")) for i in range(10)]
     for t in threads:
         t.start()
         time.sleep(0.01)
     time.sleep(0.2)  # the flood is queued behind the one slot
+    light_client = openai.OpenAI(base_url=edge.url + "/v1", api_key=LIGHT, max_retries=0, timeout=60)
+    light = threading.Thread(target=run, args=(edge, LIGHT, finished, "light", 150, light_client))
     light_sent = time.monotonic()
-    light = threading.Thread(target=run, args=(edge, LIGHT, finished, "light"))
     light.start()
     for t in [*threads, light]:
         t.join(60)
-    assert len(finished) == 9
+    assert len(finished) == 11
     overtaken_by = [tag for tag in finished if tag.startswith("flood")
                     and light_sent < finished_at[tag] < finished_at["light"]]
     still_queued_when_light_came = [tag for tag in finished if tag.startswith("flood")
                                     and finished_at[tag] > light_sent]
     # FIFO would make it wait for every queued flood request; VTC lets it in right after the one in the
-    # slot (plus at most one tie-break)
-    assert len(still_queued_when_light_came) >= 4
-    assert len(overtaken_by) <= 2, finished
+    # slot (plus a tie-break and scheduling jitter on a busy machine)
+    assert len(still_queued_when_light_came) >= 6
+    assert len(overtaken_by) <= 3, finished
 
 
 def test_interactive_before_batch(edge_factory, slow_sim):
