@@ -43,6 +43,34 @@ class Settings(BaseSettings):
     key_cache_seconds: float = Field(default=5.0, description="How long a verified API key stays cached.")
     db_pool_size: int = Field(default=10, ge=1)
     sql_echo: bool = False
+    # -- provisioning (Celery workers) ------------------------------------------------
+    celery_key_prefix: str = Field(
+        default="", description="Prefix for every Celery key in Redis, so deployments can share one."
+    )
+    aws_endpoint_url: str | None = Field(default=None, description="EC2 endpoint override (an emulator).")
+    gcp_project: str | None = Field(default=None, description="GCE project to launch into.")
+    gcp_endpoint_url: str | None = Field(default=None, description="Compute Engine API endpoint override.")
+    local_agent_command: list[str] | None = Field(
+        default=None, description="Command template for the local cloud; default: the node agent."
+    )
+    lease_seconds: float = Field(default=120.0, gt=0, description="How long a claimed row stays a worker's.")
+    reconcile_interval_s: float = Field(default=5.0, gt=0, description="Beat: reconcile tick period.")
+    sweep_interval_s: float = Field(default=60.0, gt=0, description="Beat: orphan/stale sweep period.")
+    usage_rollup_interval_s: float = Field(default=10.0, gt=0, description="Beat: usage rollup period.")
+    reconcile_batch: int = Field(default=2000, ge=1, description="Pools claimed by one reconcile tick.")
+    launch_deadline_s: float = Field(default=3600.0, gt=0, description="A launch gives up (node failed) after this.")
+    terminate_deadline_s: float = Field(default=1800.0, gt=0, description="Terminations retry until this.")
+    retry_delay_s: float = Field(default=15.0, gt=0, description="Wait before retrying an unfinished operation.")
+    drain_timeout_s: float = Field(default=300.0, ge=0, description="In-flight requests get this long to finish.")
+    boot_timeout_s: float = Field(default=1200.0, gt=0, description="A booting node must heartbeat within this.")
+    heartbeat_timeout_s: float = Field(default=90.0, gt=0, description="A ready node without heartbeat is stale.")
+    bootstrap_token_ttl_s: float = Field(default=1800.0, gt=0, le=3600, description="One-time node token TTL.")
+    block_zone_s: float = Field(default=600.0, gt=0, description="A capacity error avoids the zone this long.")
+    block_region_s: float = Field(default=1800.0, gt=0, description="A quota error avoids the region this long.")
+    block_cloud_s: float = Field(default=3600.0, gt=0, description="A config/auth error avoids the cloud this long.")
+    preemption_memory_s: float = Field(
+        default=1800.0, ge=0, description="Replacements avoid a zone this long after a spot preemption there."
+    )
 
     @property
     def resolved_database_url(self) -> str:
