@@ -1,0 +1,347 @@
+"""Reconcile: make each pool's nodes follow its ``desired_replicas``.
+
+Reconciling touches only the database. Missing capacity becomes node rows (state
+``pending``) plus ``launch`` operations *before* any cloud is called (the write-before-
+launch rule: a VM can only exist for a row that already exists, so the sweeper can tell
+ours from leaks). Surplus nodes are drained, then terminated, through operations. The
+executors in ``launcher`` and ``terminator`` carry operations out against the clouds.
+
+One replica per node for now (a node's GPUs ≥ the variant's ``gpu_count``); packing
+several replicas per node is a later concern.
+
+The autoscaler decides ``desired_replicas``; :func:`reconcile_pool` only reads it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import ColumnElement, select, update
+from sqlalchemy.orm import Session
+
+from controlplane.config import Settings
+from controlplane.models import (
+    Node,
+    NodeState,
+    Operation,
+    OperationKind,
+    OperationState,
+    Pool,
+    Replica,
+    ReplicaState,
+    SpotPolicy,
+)
+from controlplane.services.leases import claimable, lease_free, release
+from controlplane.services.nodes import transition
+
+S = NodeState
+CAPACITY_UNAVAILABLE = "capacity_unavailable"
+PREEMPTED = "preempted"
+
+# Nodes that count toward the pool's size, in the order they are given up when it
+# shrinks: a node that serves nothing yet is cheapest to lose.
+REMOVAL_RANK: dict[NodeState, int] = {S.pending: 0, S.provisioning: 1, S.booting: 2, S.ready: 3}
+# Everything reconcile looks at: the counted nodes plus those already draining.
+RECONCILED_STATES = (*REMOVAL_RANK, S.draining)
+
+
+def launch_key(node_id: uuid.UUID) -> str:
+    return f"launch:{node_id}"
+
+
+def terminate_key(node_id: uuid.UUID) -> str:
+    return f"terminate:{node_id}"
+
+
+def drain_key(node_id: uuid.UUID) -> str:
+    return f"drain:{node_id}"
+
+
+# ---------------------------------------------------------------- planning (pure)
+@dataclass(frozen=True)
+class NodeView:
+    id: uuid.UUID
+    state: NodeState
+    spot: bool  # pending: wants spot; launched: runs on spot
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    launch: tuple[bool, ...] = ()  # one entry per node to add: launch it as spot?
+    remove: tuple[uuid.UUID, ...] = ()
+
+
+def markets_for_new_nodes(policy: SpotPolicy, base_on_demand: int, on_demand_now: int, count: int) -> list[bool]:
+    """Spot (True) or on-demand for each new node: the pool keeps ``base_on_demand`` on-demand
+    nodes as a floor that a spot reclaim cannot take away; the rest follows the policy."""
+    if policy == SpotPolicy.on_demand:
+        return [False] * count
+    if policy == SpotPolicy.spot:
+        return [True] * count
+    need_on_demand = max(0, base_on_demand - on_demand_now)
+    return [i >= need_on_demand for i in range(count)]
+
+
+def plan_pool(
+    desired: int, policy: SpotPolicy, base_on_demand: int, nodes: Iterable[NodeView]
+) -> PoolPlan:
+    counted = [n for n in nodes if n.state in REMOVAL_RANK]
+    on_demand_now = sum(1 for n in counted if not n.spot)
+    if len(counted) < desired:
+        return PoolPlan(launch=tuple(markets_for_new_nodes(policy, base_on_demand, on_demand_now, desired - len(counted))))
+    surplus = len(counted) - desired
+    if surplus == 0:
+        return PoolPlan()
+
+    def cost_of_losing(n: NodeView) -> tuple[int, bool, float, str]:
+        floor = policy != SpotPolicy.on_demand and not n.spot and on_demand_now <= base_on_demand
+        # Not ready before ready, the on-demand floor last, newest first, then a stable tie-break.
+        return (REMOVAL_RANK[n.state], floor, -n.created_at.timestamp(), str(n.id))
+
+    return PoolPlan(remove=tuple(n.id for n in sorted(counted, key=cost_of_losing)[:surplus]))
+
+
+# ---------------------------------------------------------------- node lifecycle (writes)
+def add_node(session: Session, pool: Pool, now: dt.datetime, settings: Settings, *, spot: bool) -> tuple[Node, Operation]:
+    """A pending node and its launch operation. The caller flushes nodes before operations."""
+    node = Node(
+        id=uuid.uuid4(),
+        pool_id=pool.id,
+        state=S.pending,
+        spot=spot,
+        launch_token=uuid.uuid4().hex,
+        state_times={S.pending.value: now.isoformat()},
+    )
+    op = Operation(
+        kind=OperationKind.launch,
+        state=OperationState.pending,
+        pool_id=pool.id,
+        node_id=node.id,
+        idempotency_key=launch_key(node.id),
+        history=[],
+        deadline_at=now + dt.timedelta(seconds=settings.launch_deadline_s),
+    )
+    session.add(node)
+    return node, op
+
+
+def begin_termination(
+    session: Session, node: Node, now: dt.datetime, settings: Settings, *, reason: str, error: str | None = None
+) -> Operation | None:
+    """Move ``node`` to terminating and queue the operation that releases its VM.
+
+    Returns the new operation (``None`` if the node is already on its way out). A node
+    that failed *after* a terminate attempt re-arms the existing operation, keeping its
+    history, since each node has exactly one terminate operation.
+    """
+    if node.state in (S.terminating, S.terminated):
+        return None
+    retried = node.state == S.failed and S.terminating.value in (node.state_times or {})
+    transition(session, node, S.terminating, reason=reason, error=error)
+    deadline = now + dt.timedelta(seconds=settings.terminate_deadline_s)
+    if retried:
+        op = session.scalar(select(Operation).where(Operation.idempotency_key == terminate_key(node.id)))
+        if op is not None:
+            op.state, op.deadline_at, op.next_attempt_at, op.finished_at = OperationState.pending, deadline, None, None
+            return op
+    op = Operation(
+        kind=OperationKind.terminate,
+        state=OperationState.pending,
+        pool_id=node.pool_id,
+        node_id=node.id,
+        idempotency_key=terminate_key(node.id),
+        history=[],
+        deadline_at=deadline,
+    )
+    session.add(op)
+    return op
+
+
+def begin_drain(session: Session, node: Node, now: dt.datetime, settings: Settings) -> list[Operation]:
+    """Stop sending work to a ready node; it is terminated once its drain deadline passes."""
+    if node.state != S.ready or settings.drain_timeout_s <= 0:
+        op = begin_termination(session, node, now, settings, reason="scale down")
+        return [op] if op else []
+    transition(session, node, S.draining, reason="scale down")
+    node.drain_deadline_at = now + dt.timedelta(seconds=settings.drain_timeout_s)
+    return [
+        Operation(
+            kind=OperationKind.drain,
+            state=OperationState.running,
+            pool_id=node.pool_id,
+            node_id=node.id,
+            idempotency_key=drain_key(node.id),
+            history=[],
+            deadline_at=node.drain_deadline_at,
+        )
+    ]
+
+
+# ---------------------------------------------------------------- reconcile
+@dataclass
+class PoolChanges:
+    operations: list[Operation] = field(default_factory=list)
+    launched: int = 0
+    removed: int = 0
+    draining_nodes: list[uuid.UUID] = field(default_factory=list)  # started draining this tick
+    drained_nodes: list[uuid.UUID] = field(default_factory=list)  # finished draining this tick
+
+
+def reconcile_pool(
+    session: Session, pool: Pool, now: dt.datetime, settings: Settings, nodes: Sequence[Node] | None = None
+) -> PoolChanges:
+    """Bring one pool toward ``pool.desired_replicas`` (reads nothing else to decide size).
+
+    ``nodes`` are the pool's nodes in ``RECONCILED_STATES``, locked by the caller; pass
+    ``None`` to load them here. New nodes are added to the session, their operations are
+    returned (add them after flushing the nodes: the operations reference them).
+    """
+    if nodes is None:
+        nodes = session.scalars(
+            select(Node).where(Node.pool_id == pool.id, Node.state.in_(RECONCILED_STATES)).with_for_update()
+        ).all()
+    changes = PoolChanges()
+    for node in nodes:
+        if node.state == S.draining and node.drain_deadline_at is not None and node.drain_deadline_at <= now:
+            if op := begin_termination(session, node, now, settings, reason="drain finished"):
+                changes.operations.append(op)
+            changes.drained_nodes.append(node.id)
+    plan = plan_pool(
+        pool.desired_replicas,
+        pool.spot_policy,
+        pool.spot_base_on_demand,
+        [NodeView(n.id, n.state, n.spot, n.created_at) for n in nodes],
+    )
+    for spot in plan.launch:
+        _, op = add_node(session, pool, now, settings, spot=spot)
+        changes.operations.append(op)
+    by_id = {n.id: n for n in nodes}
+    for node_id in plan.remove:
+        changes.operations.extend(begin_drain(session, by_id[node_id], now, settings))
+        if by_id[node_id].state == S.draining:
+            changes.draining_nodes.append(node_id)
+    changes.launched, changes.removed = len(plan.launch), len(plan.remove)
+    settled = all(n.state in (S.booting, S.ready) for n in nodes if n.state in REMOVAL_RANK)
+    if settled and not plan.launch and pool.capacity_status == CAPACITY_UNAVAILABLE:
+        pool.capacity_status = None
+    pool.last_reconciled_at = now
+    return changes
+
+
+@dataclass
+class TickResult:
+    pools: int = 0
+    launched: int = 0
+    removed: int = 0
+    operations: list[tuple[uuid.UUID, OperationKind]] = field(default_factory=list)  # to run now
+
+
+def reconcile_tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
+    """Reconcile every pool no other worker is reconciling, in a constant number of statements.
+
+    Pools are claimed with ``FOR UPDATE SKIP LOCKED`` (two workers ticking at once split the
+    pools between them), their nodes are loaded and locked in one query, and all writes are
+    flushed in batches. Commit is the caller's (``session_scope``).
+    """
+    pools = session.scalars(
+        claimable(Pool, now, Pool.paused.is_(False))
+        .order_by(Pool.last_reconciled_at.asc().nulls_first(), Pool.id)
+        .limit(settings.reconcile_batch)
+    ).all()
+    result = TickResult(pools=len(pools))
+    if not pools:
+        return result
+    nodes_by_pool: dict[uuid.UUID, list[Node]] = defaultdict(list)
+    for node in session.scalars(
+        select(Node)
+        .where(Node.pool_id.in_([p.id for p in pools]), Node.state.in_(RECONCILED_STATES))
+        .with_for_update()
+    ):
+        nodes_by_pool[node.pool_id].append(node)
+    operations: list[Operation] = []
+    draining: list[uuid.UUID] = []
+    drained: list[uuid.UUID] = []
+    for pool in pools:
+        changes = reconcile_pool(session, pool, now, settings, nodes_by_pool.get(pool.id, []))
+        operations.extend(changes.operations)
+        draining.extend(changes.draining_nodes)
+        drained.extend(changes.drained_nodes)
+        result.launched += changes.launched
+        result.removed += changes.removed
+    session.flush()  # nodes first: operations reference them
+    session.add_all(operations)
+    set_replica_states(session, draining, ReplicaState.draining)
+    set_replica_states(session, drained, ReplicaState.stopped)
+    if drained:
+        session.execute(
+            update(Operation)
+            .where(Operation.idempotency_key.in_([drain_key(n) for n in drained]))
+            .values(state=OperationState.succeeded, finished_at=now)
+        )
+    session.flush()
+    result.operations = [(op.id, op.kind) for op in operations if op.state == OperationState.pending]
+    return result
+
+
+def set_replica_states(session: Session, node_ids: Sequence[uuid.UUID], state: ReplicaState) -> None:
+    if node_ids:
+        session.execute(update(Replica).where(Replica.node_id.in_(node_ids)).values(state=state))
+
+
+# ---------------------------------------------------------------- operations (shared by the executors)
+MAX_HISTORY = 200  # entries kept per operation; a long outage must not grow rows without bound
+OPEN_STATES = (OperationState.pending, OperationState.running)
+
+
+def _due(now: dt.datetime) -> ColumnElement[bool]:
+    return (Operation.next_attempt_at.is_(None)) | (Operation.next_attempt_at <= now)
+
+
+def due_operations(session: Session, now: dt.datetime, limit: int = 500) -> list[tuple[uuid.UUID, OperationKind]]:
+    """Launch/terminate operations ready to run (no live lease, retry time reached), oldest first."""
+    rows = session.execute(
+        select(Operation.id, Operation.kind)
+        .where(
+            Operation.kind.in_([OperationKind.launch, OperationKind.terminate]),
+            Operation.state.in_(OPEN_STATES),
+            _due(now),
+            lease_free(Operation, now),
+        )
+        .order_by(Operation.created_at)
+        .limit(limit)
+    )
+    return [(op_id, kind) for op_id, kind in rows]
+
+
+def claim_operation(session: Session, op_id: uuid.UUID, kind: OperationKind, now: dt.datetime) -> Operation | None:
+    """The operation, locked, if it is open, due and nobody holds it (``SKIP LOCKED``)."""
+    return session.scalar(
+        claimable(Operation, now, Operation.id == op_id, Operation.kind == kind, Operation.state.in_(OPEN_STATES),
+                  _due(now))
+    )
+
+
+def append_history(op: Operation, entries: Iterable[dict]) -> None:
+    op.history = [*(op.history or []), *entries][-MAX_HISTORY:]
+
+
+def finish_operation(op: Operation, state: OperationState, now: dt.datetime, error: str | None = None) -> None:
+    op.state = state
+    op.finished_at = now
+    op.next_attempt_at = None
+    if error is not None:
+        op.error = error[:2000]
+    release(op)
+
+
+def retry_operation(op: Operation, at: dt.datetime, error: str | None) -> None:
+    """Back to pending until ``at``; the lease is given up so any worker may take it then."""
+    op.state = OperationState.pending
+    op.error = error[:2000] if error else None
+    op.next_attempt_at = at
+    release(op)
