@@ -124,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--model-profile", help=f"one of {', '.join(sorted(timing.MODELS))}")
     own.add_argument("--time-scale", type=float, default=1.0, help="X>1 runs X times faster than real time")
     own.add_argument("--seed", type=int, default=0)
-    own.add_argument("--ready-delay", type=float, help="seconds until /health is 200 (default: modelled)")
+    own.add_argument("--ready-delay", type=float,
+                     help="wall seconds until /health is 200, not divided by --time-scale "
+                          "(default: modelled download + load + warm-up, divided by --time-scale)")
     own.add_argument("--download-gbps", type=float, default=10.0, help="checkpoint download speed for readiness")
     own.add_argument("--weights-cached", action="store_true", help="checkpoint already on local disk")
     own.add_argument("--jitter", type=float, default=0.03, help="coefficient of variation of step times")

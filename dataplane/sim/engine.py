@@ -543,8 +543,9 @@ class SimEngine:
             else:
                 await asyncio.sleep(0)  # let the HTTP side breathe even when we are behind
             self.lag.record(time.monotonic() - deadline, seconds / self.config.time_scale)
-            if self.faults.hang:
-                continue  # a hang freezes the step in flight too
+            while self.faults.hang:  # a hang freezes the step in flight too; it completes after
+                await self.faults.changed.wait()
+                deadline = time.monotonic()
             self.complete(step, self.now())
             if self.crash_requested:
                 await asyncio.sleep(0.05)  # let the streams flush the tokens produced so far

@@ -151,3 +151,30 @@ def test_abort_releases_kv():
     assert engine.plan() is None
     assert req.finish_reason["type"] == "abort"
     assert engine.radix.evictable_size == engine.radix.total_size  # nothing locked any more
+
+
+async def test_hang_mid_step_holds_the_step_instead_of_losing_it():
+    import asyncio
+
+    from dataplane.sim.config import parse_config
+    from dataplane.sim.engine import SimEngine
+
+    # 100x slower than real time: the first (prefill) step sleeps ~1 s, so the hang lands inside it.
+    config, _ = parse_config(["--time-scale", "0.01", "--jitter", "0"], warn=lambda msg: None)
+    engine = SimEngine(config)
+    runner = asyncio.ensure_future(engine.run(on_crash=lambda: None))
+    try:
+        req = engine.new_request(prompt(1, 100), 1, ignore_eos=True)
+        await asyncio.sleep(0.2)
+        assert not engine.waiting and not req.done  # admitted into the prefill step in flight
+        engine.faults.update({"hang": True})
+        await asyncio.sleep(1.2)  # the step's sleep ends during the hang
+        assert not req.done
+        engine.faults.update({"hang": False})
+        for _ in range(100):
+            if req.done:
+                break
+            await asyncio.sleep(0.05)
+        assert req.finish_reason == {"type": "length", "length": 1}
+    finally:
+        runner.cancel()
