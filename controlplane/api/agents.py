@@ -1,0 +1,104 @@
+"""Internal API for node agents, and the admin's drain command.
+
+Agent API (``/internal/v1/agents``; JSON; errors are problem+json; ``401`` for every bad,
+expired or used token so a caller learns nothing about which it was):
+
+``POST /register`` (no auth header: the body carries the one-time bootstrap token)
+    ``{"node_id", "bootstrap_token", "agent_url", "hostname", "gpus": [0, 1], "engine", "version"}``
+    → ``200 {"credential": "<node credential, shown once>", "node_id", "node_state",
+    "heartbeat_interval_s": null|s, "assignment": {"pool_id", "variant_id", "model", "tier",
+    "served_model_name", "model_path", "quantization", "context_length", "engine_args": {…},
+    "gpus_per_replica", "replicas", "artifact_source"}}``. The token works once and only before
+    its expiry; the node moves provisioning → booting. The credential is stored hashed.
+
+All other calls send ``Authorization: Bearer <node credential>``; a credential is scoped to
+its node (it can only write that node and its replicas) and dies when the node is terminated.
+
+``POST /resume`` (same body as register, minus token) → the same answer without a credential.
+    For a restarted agent: the node's old replicas are marked stopped.
+``POST /replicas`` ``{"replicas": [ReplicaReport…]}`` → ``{"applied": n}``. Sent on every
+    replica state change (started, ready, restarting, draining, stopped, failed).
+``POST /heartbeat`` ``{"draining": bool, "drain_deadline_s"?, "agent_url", "node_metrics": {…},
+    "replicas": [ReplicaReport…]}`` → ``{"commands": [...], "heartbeat_interval_s": null|s}``.
+    Commands: ``{"type": "drain", "deadline_at", "deadline_s"}`` while the node is draining;
+    ``{"type": "stop"}`` once it is terminating. ``draining: true`` from the agent (SIGTERM)
+    moves a ready node to draining.
+
+``ReplicaReport``: ``{"id": uuid (chosen by the agent, stable across engine restarts), "slot",
+"state": starting|ready|draining|stopped|failed, "url", "gpu_ids", "restarts", "last_exit_code",
+"last_restart_at", "started_at", "ready_at", "model_ready_seconds", "ready_breakdown":
+{"download", "load", "warmup"}, "max_running_requests", "max_total_tokens", "metrics": {…}}``.
+A replica reported ``ready`` on a node that is no longer serving is stored as ``draining``.
+
+Admin: ``POST /admin/v1/nodes/{node_id}/drain`` ``{"deadline_s": 300}`` → ``202`` with the node.
+Its replicas stop taking new requests at once; the agent finishes in-flight work and exits.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+import msgspec
+from litestar import Controller, Request, Router
+from litestar.di import Provide
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from controlplane.api.deps import admin_guard, bearer, provide_admin
+from controlplane.api.routing import post
+from controlplane.models import Node
+from controlplane.schemas.fleet import NodeOut
+from controlplane.services import agents, fleet
+from controlplane.services.principal import Principal
+
+
+async def provide_node(request: Request, db: AsyncSession) -> Node:
+    credential = bearer(request)
+    return await db.run_sync(agents.authenticate, credential)
+
+
+class AgentController(Controller):
+    path = "/internal/v1/agents"
+    tags = ["internal"]
+    include_in_schema = False
+
+    @post("/register", status_code=200)
+    async def register(self, db: AsyncSession, data: agents.RegisterRequest) -> dict:
+        credential, answer = await db.run_sync(agents.register, data)
+        return {"credential": credential, **answer}
+
+    @post("/resume", status_code=200, dependencies={"node": Provide(provide_node)})
+    async def resume(self, db: AsyncSession, node: Node, data: agents.AgentFacts) -> dict:
+        return await db.run_sync(agents.resume, node, data)
+
+    @post("/replicas", status_code=200, dependencies={"node": Provide(provide_node)})
+    async def replicas(self, db: AsyncSession, node: Node, data: agents.ReplicasRequest) -> dict:
+        applied = await db.run_sync(lambda s: agents.report_replicas(s, node, data.replicas, with_metrics=False))
+        return {"applied": applied}
+
+    @post("/heartbeat", status_code=200, dependencies={"node": Provide(provide_node)})
+    async def heartbeat(self, db: AsyncSession, node: Node, data: agents.HeartbeatRequest) -> dict:
+        return await db.run_sync(agents.heartbeat, node, data)
+
+
+class DrainRequest(msgspec.Struct, forbid_unknown_fields=True):
+    deadline_s: Annotated[float, msgspec.Meta(ge=0, le=86400)] = agents.DEFAULT_DRAIN_S
+
+
+class NodeDrainController(Controller):
+    path = "/admin/v1/nodes"
+    guards = [admin_guard]
+    dependencies = {"principal": Provide(provide_admin)}
+    tags = ["admin"]
+    security = [{"AdminToken": []}]
+
+    @post("/{node_id:uuid}/drain", status_code=202)
+    async def drain(self, db: AsyncSession, principal: Principal, node_id: uuid.UUID,
+                    data: DrainRequest | None = None) -> NodeOut:
+        deadline_s = data.deadline_s if data else agents.DEFAULT_DRAIN_S
+        node = await db.run_sync(lambda s: agents.request_drain(s, node_id, deadline_s=deadline_s,
+                                                                actor=principal.actor))
+        return fleet.node_out(node)
+
+
+agents_router = Router(path="/", route_handlers=[AgentController, NodeDrainController])

@@ -1,0 +1,286 @@
+"""Node agents: bootstrap-token exchange, node credentials, replica reports, heartbeats, drains.
+
+The contract (endpoints, bodies, commands) is documented in ``controlplane/api/agents.py``.
+Synchronous on purpose (called through ``run_sync``): node state changes go through
+``services.nodes.transition``, which works on a sync session.
+
+Security: a bootstrap token is one-time and short-lived; exchanging it clears its hash and
+stores only the SHA-256 of a fresh node credential. A credential is scoped to its node: every
+write below is limited to that node's own row and replicas.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+import uuid
+from typing import Any, Literal
+
+import msgspec
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.db.types import utcnow
+from controlplane.models import Node, NodeState, Pool, Region, Replica, ReplicaState
+from controlplane.models.catalog import Cloud
+from controlplane.services.edge_snapshot import served_model_name
+from controlplane.services.errors import Conflict, NotFound, Unauthorized
+from controlplane.services.nodes import transition
+from controlplane.services.secrets import new_token, sha256_hex
+
+ReplicaStateName = Literal["starting", "ready", "draining", "stopped", "failed"]
+_REFUSED = "bootstrap token or node credential is invalid, expired or already used"
+# Nodes whose agent may still talk to us; a terminated node's credential is dead.
+_AGENT_STATES = frozenset({NodeState.pending, NodeState.provisioning, NodeState.booting, NodeState.ready,
+                           NodeState.draining, NodeState.terminating})
+DEFAULT_DRAIN_S = 300.0
+MAX_METRICS_KEYS = 64
+
+
+# ------------------------------------------------------------------ contract types
+class AgentFacts(msgspec.Struct, forbid_unknown_fields=False):
+    agent_url: str | None = None
+    hostname: str | None = None
+    gpus: list[int] = []
+    engine: str | None = None
+    version: str | None = None
+
+
+class RegisterRequest(AgentFacts):
+    node_id: uuid.UUID | None = None
+    bootstrap_token: str = ""
+
+
+class ReplicaReport(msgspec.Struct, forbid_unknown_fields=False):
+    id: uuid.UUID
+    state: ReplicaStateName
+    url: str | None = None
+    slot: int | None = None
+    gpu_ids: list[int] = []
+    restarts: int = 0
+    last_exit_code: int | None = None
+    last_restart_at: dt.datetime | None = None
+    started_at: dt.datetime | None = None
+    ready_at: dt.datetime | None = None
+    model_ready_seconds: float | None = None
+    ready_breakdown: dict[str, float] = {}
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    metrics: dict[str, Any] = {}
+
+
+class ReplicasRequest(msgspec.Struct):
+    replicas: list[ReplicaReport]
+
+
+class HeartbeatRequest(msgspec.Struct, forbid_unknown_fields=False):
+    replicas: list[ReplicaReport] = []
+    draining: bool = False
+    drain_deadline_s: float | None = None
+    agent_url: str | None = None
+    node_metrics: dict[str, Any] = {}
+
+
+# ------------------------------------------------------------------ credentials
+def _live_node(session: Session, node: Node | None) -> Node:
+    if node is None or node.state not in _AGENT_STATES:
+        raise Unauthorized(_REFUSED)
+    return node
+
+
+def register(session: Session, body: RegisterRequest) -> tuple[str, dict]:
+    """Exchange a bootstrap token for a node credential, once. Returns (credential, answer)."""
+    if body.node_id is None or not body.bootstrap_token:
+        raise Unauthorized(_REFUSED)
+    node = session.get(Node, body.node_id, with_for_update=True)
+    node = _live_node(session, node)
+    now = utcnow()
+    if (
+        not node.bootstrap_token_sha256
+        or not hmac.compare_digest(node.bootstrap_token_sha256, sha256_hex(body.bootstrap_token))
+        or node.bootstrap_expires_at is None
+        or node.bootstrap_expires_at <= now
+    ):
+        raise Unauthorized(_REFUSED)
+    credential, digest = new_token()
+    node.bootstrap_token_sha256 = None  # spent: a replayed token is refused
+    node.bootstrap_expires_at = None
+    node.credential_sha256 = digest
+    _adopt(session, node, body, now)
+    return credential, answer_for(session, node)
+
+
+def authenticate(session: Session, credential: str | None) -> Node:
+    if not credential:
+        raise Unauthorized(_REFUSED)
+    node = session.scalar(select(Node).where(Node.credential_sha256 == sha256_hex(credential)))
+    return _live_node(session, node)
+
+
+def resume(session: Session, node: Node, facts: AgentFacts) -> dict:
+    """A restarted agent: its old engines died with it, so their replicas are stopped."""
+    now = utcnow()
+    for replica in _replicas(session, node):
+        if replica.state not in (ReplicaState.stopped, ReplicaState.failed):
+            replica.state = ReplicaState.stopped
+    _adopt(session, node, facts, now)
+    return answer_for(session, node)
+
+
+def _adopt(session: Session, node: Node, facts: AgentFacts, now: dt.datetime) -> None:
+    node.agent_url = facts.agent_url
+    node.last_heartbeat_at = now
+    node.metrics = {**(node.metrics or {}), "agent": {"hostname": facts.hostname, "gpus": facts.gpus,
+                                                      "engine": facts.engine, "version": facts.version}}
+    if node.state == NodeState.pending:
+        transition(session, node, NodeState.provisioning, reason="agent registered before launch was recorded")
+    if node.state == NodeState.provisioning:
+        transition(session, node, NodeState.booting, reason="agent registered")
+
+
+def answer_for(session: Session, node: Node) -> dict:
+    """What the node should run: the ``assignment`` object of the register/resume answers."""
+    pool = session.get(Pool, node.pool_id)
+    variant = pool.variant
+    per_replica = max(1, variant.gpu_count)
+    replicas = max(1, node.gpus_total // per_replica) if node.gpus_total else 1
+    artifact_source = None
+    if node.cloud and node.region:
+        artifact_source = session.scalar(
+            select(Region.artifact_bucket).join(Cloud).where(Cloud.name == node.cloud, Region.name == node.region)
+        )
+    return {
+        "node_id": str(node.id),
+        "node_state": node.state.value,
+        "heartbeat_interval_s": None,  # the agent's own default
+        "assignment": {
+            "pool_id": str(pool.id),
+            "variant_id": str(variant.id),
+            "model": variant.model.name,
+            "tier": variant.tier,
+            "served_model_name": served_model_name(variant.model.name, variant.tier),
+            "model_path": variant.model_path,
+            "quantization": variant.quantization,
+            "context_length": variant.context_length,
+            "engine_args": dict(variant.engine_args or {}),
+            "gpus_per_replica": per_replica,
+            "replicas": replicas,
+            "artifact_source": artifact_source,
+        },
+    }
+
+
+# ------------------------------------------------------------------ replicas and heartbeats
+def _replicas(session: Session, node: Node) -> list[Replica]:
+    return list(session.scalars(select(Replica).where(Replica.node_id == node.id)))
+
+
+def report_replicas(session: Session, node: Node, reports: list[ReplicaReport], *, with_metrics: bool) -> int:
+    """Upsert the node's replicas from the agent's reports. Returns how many were applied."""
+    now = utcnow()
+    pool = session.get(Pool, node.pool_id)
+    not_serving = node.state not in (NodeState.booting, NodeState.ready, NodeState.provisioning)
+    applied = 0
+    for rep in reports:
+        replica = session.get(Replica, rep.id)
+        if replica is None:
+            replica = Replica(id=rep.id, node_id=node.id, pool_id=node.pool_id, variant_id=pool.variant_id)
+            session.add(replica)
+        elif replica.node_id != node.id:
+            raise Conflict("replica id belongs to another node")  # a credential only writes its own node
+        state = ReplicaState(rep.state)
+        if state == ReplicaState.ready and not_serving:
+            state = ReplicaState.draining  # the control plane, not a lagging agent, decides about traffic
+        replica.state = state
+        replica.url = rep.url
+        replica.gpu_ids = list(rep.gpu_ids)
+        replica.restarts = max(rep.restarts, 0)
+        replica.started_at = rep.started_at
+        replica.ready_at = rep.ready_at
+        if rep.model_ready_seconds is not None:
+            replica.model_ready_seconds = rep.model_ready_seconds
+            replica.ready_breakdown = dict(rep.ready_breakdown)
+        replica.max_running_requests = rep.max_running_requests
+        replica.max_total_tokens = rep.max_total_tokens
+        replica.last_heartbeat_at = now
+        if rep.metrics or with_metrics:
+            replica.metrics = dict(list(rep.metrics.items())[:MAX_METRICS_KEYS])
+        applied += 1
+    session.flush()
+    _follow_replicas(session, node, reports)
+    return applied
+
+
+def _follow_replicas(session: Session, node: Node, reports: list[ReplicaReport]) -> None:
+    """Node state and health derived from its replicas: ready once one serves; restarts on record."""
+    if any(r.state == "ready" for r in reports) and node.state in (NodeState.provisioning, NodeState.booting):
+        if node.state == NodeState.provisioning:
+            transition(session, node, NodeState.booting, reason="agent reported replicas")
+        transition(session, node, NodeState.ready, reason="a replica passed /health_generate")
+    restarted = [r for r in reports if r.restarts and r.last_restart_at]
+    health = {
+        "replicas": {s: sum(r.state == s for r in reports) for s in ("starting", "ready", "draining", "stopped",
+                                                                     "failed") if any(r.state == s for r in reports)},
+        "restarts": sum(r.restarts for r in reports),
+    }
+    if restarted:
+        last = max(restarted, key=lambda r: r.last_restart_at)
+        health["last_restart"] = {"replica_id": str(last.id), "slot": last.slot, "at": last.last_restart_at.isoformat(),
+                                  "exit_code": last.last_exit_code}
+    node.metrics = {**(node.metrics or {}), "health": health}
+    if reports and all(r.state == "failed" for r in reports) and node.state in (
+        NodeState.booting, NodeState.ready, NodeState.provisioning
+    ):
+        transition(session, node, NodeState.failed, reason="every engine failed", error="every engine failed")
+
+
+def heartbeat(session: Session, node: Node, body: HeartbeatRequest) -> dict:
+    """Record a heartbeat; answer with the commands the node must follow."""
+    now = utcnow()
+    node.last_heartbeat_at = now
+    if body.agent_url:
+        node.agent_url = body.agent_url
+    node.metrics = {**(node.metrics or {}), "agent": {**(node.metrics or {}).get("agent", {}),
+                                                      **{k: v for k, v in body.node_metrics.items()}}}
+    if body.draining and node.state in (NodeState.booting, NodeState.ready):
+        deadline_s = body.drain_deadline_s if body.drain_deadline_s is not None else DEFAULT_DRAIN_S
+        node.drain_deadline_at = now + dt.timedelta(seconds=deadline_s)
+        transition(session, node, NodeState.draining, reason="agent is draining (SIGTERM)", actor=f"node:{node.id}")
+    if body.replicas:
+        report_replicas(session, node, body.replicas, with_metrics=True)
+    return {"commands": commands_for(node, now), "heartbeat_interval_s": None}
+
+
+def commands_for(node: Node, now: dt.datetime) -> list[dict]:
+    if node.state == NodeState.draining:
+        deadline = node.drain_deadline_at or now
+        return [{"type": "drain", "deadline_at": deadline.isoformat(),
+                 "deadline_s": max(0.0, (deadline - now).total_seconds())}]
+    if node.state in (NodeState.terminating, NodeState.terminated, NodeState.failed):
+        return [{"type": "stop"}]
+    return []
+
+
+# ------------------------------------------------------------------ drains (admin / pipeline)
+def request_drain(session: Session, node_id: uuid.UUID, *, deadline_s: float = DEFAULT_DRAIN_S,
+                  actor: str = "admin", reason: str = "drain requested") -> Node:
+    """Stop sending new work to a node at once and let its in-flight requests finish.
+
+    Replicas turn ``draining`` right here (the next edge snapshot drops them); the agent learns
+    on its next heartbeat, waits for in-flight requests up to the deadline, stops its engines
+    and exits. Idempotent: draining an already draining node keeps the earlier deadline.
+    """
+    node = session.get(Node, node_id, with_for_update=True)
+    if node is None:
+        raise NotFound("node", node_id)
+    if node.state == NodeState.draining:
+        return node
+    if node.state not in (NodeState.booting, NodeState.ready):
+        raise Conflict(f"a {node.state.value} node cannot be drained")
+    node.drain_deadline_at = utcnow() + dt.timedelta(seconds=deadline_s)
+    transition(session, node, NodeState.draining, reason=reason, actor=actor)
+    for replica in _replicas(session, node):
+        if replica.state in (ReplicaState.starting, ReplicaState.ready):
+            replica.state = ReplicaState.draining
+    session.flush()
+    return node

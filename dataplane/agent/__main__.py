@@ -1,0 +1,3 @@
+from dataplane.agent.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,280 @@
+"""One engine replica under supervision: start, wait for readiness, watch, restart with backoff.
+
+Readiness has two steps, which also split the model-ready time: ``/health`` turning 200 ends
+*load* (weights in GPU memory, server up), the first ``/health_generate`` 200 (a real one-token
+generation) ends *warm-up* (CUDA graphs captured, kernels compiled). Only then is a replica
+``ready`` and registered for traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger("nimbus.agent.engine")
+
+STARTING, READY, DRAINING, STOPPED, FAILED = "starting", "ready", "draining", "stopped", "failed"
+
+
+def restart_delay(consecutive_failures: int, base_s: float = 1.0, cap_s: float = 60.0) -> float:
+    """Exponential backoff: 1 s, 2 s, 4 s … capped, so a crash-looping engine cannot hammer the GPU
+    (or the artifact cache) while a one-off crash is back within a second."""
+    if consecutive_failures <= 0:
+        return 0.0
+    return min(cap_s, base_s * 2 ** (consecutive_failures - 1))
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """If the agent dies (even by SIGKILL) its engines go too: nothing may keep a GPU busy unmanaged."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class ReadyTimes:
+    download_s: float = 0.0
+    load_s: float = 0.0
+    warmup_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.download_s + self.load_s + self.warmup_s
+
+    def breakdown(self) -> dict[str, float]:
+        return {"download": round(self.download_s, 3), "load": round(self.load_s, 3),
+                "warmup": round(self.warmup_s, 3)}
+
+
+@dataclass
+class SupervisorOptions:
+    ready_timeout_s: float = 1800.0  # a 70B checkpoint can take minutes to load
+    poll_s: float = 0.1
+    backoff_base_s: float = 1.0
+    backoff_cap_s: float = 60.0
+    stable_after_s: float = 120.0  # a replica up this long has its failure streak forgotten
+    max_consecutive_failures: int = 8
+    stop_grace_s: float = 15.0
+
+
+@dataclass
+class Replica:
+    """One engine process and what the control plane is told about it."""
+
+    slot: int
+    argv: list[str]
+    env: Mapping[str, str]
+    port: int
+    url: str
+    gpu_ids: list[int]
+    log_path: Path
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    state: str = STARTING
+    restarts: int = 0
+    consecutive_failures: int = 0
+    last_exit_code: int | None = None
+    last_restart_at: datetime | None = None
+    started_at: datetime | None = None
+    ready_at: datetime | None = None
+    ready_times: ReadyTimes = field(default_factory=ReadyTimes)
+    max_running_requests: int | None = None
+    max_total_tokens: int | None = None
+    metrics: dict = field(default_factory=dict)
+    proc: asyncio.subprocess.Process | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc and self.proc.returncode is None else None
+
+    def report(self) -> dict:
+        """The replica as the agent API's ``replicas[]`` entry."""
+        return {
+            "id": self.id,
+            "slot": self.slot,
+            "state": self.state,
+            "url": self.url,
+            "gpu_ids": list(self.gpu_ids),
+            "restarts": self.restarts,
+            "last_exit_code": self.last_exit_code,
+            "last_restart_at": self.last_restart_at.isoformat() if self.last_restart_at else None,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "ready_at": self.ready_at.isoformat() if self.ready_at else None,
+            "model_ready_seconds": round(self.ready_times.total_s, 3) if self.ready_at else None,
+            "ready_breakdown": self.ready_times.breakdown() if self.ready_at else {},
+            "max_running_requests": self.max_running_requests,
+            "max_total_tokens": self.max_total_tokens,
+            "metrics": self.metrics,
+        }
+
+
+Notify = Callable[[Replica, str], Awaitable[None]]
+
+
+class Supervisor:
+    """Keeps one replica running until ``stop()``; every state change is passed to ``notify``."""
+
+    def __init__(self, replica: Replica, http: httpx.AsyncClient, notify: Notify,
+                 options: SupervisorOptions | None = None, download_s: float = 0.0) -> None:
+        self.replica = replica
+        self.http = http
+        self.notify = notify
+        self.options = options or SupervisorOptions()
+        self._first_download_s = download_s
+        self._stopping = asyncio.Event()
+        self._log_file = None
+        self.draining = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def run(self) -> None:
+        r, o = self.replica, self.options
+        download_s = self._first_download_s
+        while not self._stopping.is_set():
+            await self._spawn()
+            ready = await self._wait_ready(download_s)
+            download_s = 0.0  # the cache holds the weights from now on
+            up_since = time.monotonic()
+            if ready:
+                await self._wait_exit()
+            if self._stopping.is_set() or self.draining:
+                break  # a draining replica that dies is not brought back
+            await self._kill()
+            r.last_exit_code = r.proc.returncode if r.proc else None
+            if ready and time.monotonic() - up_since >= o.stable_after_s:
+                r.consecutive_failures = 0
+            r.consecutive_failures += 1
+            r.restarts += 1
+            r.last_restart_at = datetime.now(UTC)
+            r.metrics = {}
+            if r.consecutive_failures > o.max_consecutive_failures:
+                r.state = FAILED
+                log.error("engine gave up", extra={"replica": r.id, "slot": r.slot, "restarts": r.restarts,
+                                                    "exit_code": r.last_exit_code})
+                await self.notify(r, "failed")
+                return
+            delay = restart_delay(r.consecutive_failures, o.backoff_base_s, o.backoff_cap_s)
+            r.state = STARTING
+            log.warning("engine exited; restarting", extra={
+                "replica": r.id, "slot": r.slot, "exit_code": r.last_exit_code, "restarts": r.restarts,
+                "delay_s": delay, "was_ready": ready})
+            await self.notify(r, "restarting")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+
+    def begin_drain(self) -> None:
+        """No new traffic from now on; a crash during the drain ends the replica instead of restarting it."""
+        self.draining = True
+        if self.replica.state in (STARTING, READY):
+            self.replica.state = DRAINING
+
+    async def stop(self) -> None:
+        """Stop for good (drain or shutdown): SIGTERM, then SIGKILL after the grace period."""
+        self._stopping.set()
+        await self._kill(self.options.stop_grace_s)
+        if self.replica.proc is not None and self.replica.last_exit_code is None:
+            self.replica.last_exit_code = self.replica.proc.returncode
+        self.replica.state = STOPPED
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    # -- steps -------------------------------------------------------------------------
+    async def _spawn(self) -> None:
+        r = self.replica
+        r.state = DRAINING if self.draining else STARTING
+        r.ready_at = None
+        r.started_at = datetime.now(UTC)
+        r.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self._log_file is None:
+            self._log_file = open(r.log_path, "ab")  # noqa: ASYNC230 - once per replica, kept open across restarts
+        r.proc = await asyncio.create_subprocess_exec(
+            *r.argv, env={**os.environ, **r.env}, stdin=asyncio.subprocess.DEVNULL, stdout=self._log_file,
+            stderr=asyncio.subprocess.STDOUT, process_group=0, preexec_fn=_die_with_parent,
+        )
+        log.info("engine started", extra={"replica": r.id, "slot": r.slot, "pid": r.proc.pid, "port": r.port,
+                                           "gpus": r.gpu_ids, "argv": r.argv})
+
+    async def _poll(self, path: str, deadline: float) -> bool:
+        """Until ``path`` answers 200; False if the process died or the deadline passed first."""
+        r = self.replica
+        while time.monotonic() < deadline and not self._stopping.is_set():
+            if r.proc is None or r.proc.returncode is not None:
+                return False
+            try:
+                resp = await self.http.get(r.url + path, timeout=max(1.0, self.options.poll_s * 50))
+                if resp.status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(self.options.poll_s)
+        return False
+
+    async def _wait_ready(self, download_s: float) -> bool:
+        r = self.replica
+        t0 = time.monotonic()
+        deadline = t0 + self.options.ready_timeout_s
+        if not await self._poll("/health", deadline):
+            return False
+        t1 = time.monotonic()
+        if not await self._poll("/health_generate", deadline):
+            return False
+        t2 = time.monotonic()
+        r.ready_times = ReadyTimes(download_s, t1 - t0, t2 - t1)
+        await self._read_capacity()
+        r.state = DRAINING if self.draining else READY
+        r.ready_at = datetime.now(UTC)
+        log.info("engine ready", extra={"replica": r.id, "slot": r.slot, **r.ready_times.breakdown()})
+        await self.notify(r, "ready")
+        return True
+
+    async def _read_capacity(self) -> None:
+        """Batch and KV capacity from ``/get_server_info`` (the edge's concurrency guard needs them)."""
+        r = self.replica
+        try:
+            resp = await self.http.get(r.url + "/get_server_info", timeout=5.0)
+            info = resp.json() if resp.status_code == 200 else {}
+        except (httpx.HTTPError, ValueError):
+            info = {}
+        # SGLang reports the computed capacity as max_total_num_tokens next to the server args.
+        r.max_total_tokens = info.get("max_total_num_tokens") or info.get("max_total_tokens") or None
+        r.max_running_requests = info.get("max_running_requests") or None
+
+    async def _wait_exit(self) -> None:
+        r = self.replica
+        assert r.proc is not None
+        stop = asyncio.ensure_future(self._stopping.wait())
+        exited = asyncio.ensure_future(r.proc.wait())
+        try:
+            await asyncio.wait({stop, exited}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+
+    async def _kill(self, grace_s: float = 2.0) -> None:
+        """SIGTERM the engine's process group (SGLang forks schedulers), SIGKILL after ``grace_s``."""
+        proc = self.replica.proc
+        if proc is None or proc.returncode is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                await asyncio.wait_for(proc.wait(), wait)
+                return
+            except TimeoutError:
+                continue
+
+
+def build_replica(slot: int, argv: Sequence[str], env: Mapping[str, str], host: str, port: int,
+                  gpu_ids: Sequence[int], log_dir: Path) -> Replica:
+    return Replica(slot=slot, argv=list(argv), env=dict(env), port=port, url=f"http://{host}:{port}",
+                   gpu_ids=list(gpu_ids), log_path=log_dir / f"engine-{slot}.log")

@@ -1,0 +1,94 @@
+"""One command template for every engine: the exact ``sglang.launch_server`` command line on a
+GPU node, the same flags to ``dataplane.sim`` elsewhere (the simulator accepts SGLang's flags).
+
+Pure functions: no processes, no I/O, so the command a GPU node runs is tested here verbatim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+ENGINE_MODULES = {"sglang": "sglang.launch_server", "sim": "dataplane.sim"}
+# SGLang's defaults suit a single-tenant box; a shared replica wants the prefix-aware scheduler.
+DEFAULT_ENGINE_ARGS: Mapping[str, Any] = {"schedule_policy": "lpm"}
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What one replica serves: comes from the control plane's assignment for this node."""
+
+    model_path: str
+    served_model_name: str
+    tp_size: int = 1
+    quantization: str | None = None
+    context_length: int | None = None
+    engine_args: Mapping[str, Any] = field(default_factory=dict)  # the variant's, as flag name → value
+    extra_args: tuple[str, ...] = ()  # raw flags from the node config (appended last)
+
+
+def flag(name: str) -> str:
+    return "--" + name.lstrip("-").replace("_", "-")
+
+
+def args_to_flags(args: Mapping[str, Any]) -> list[str]:
+    """``{"mem_fraction_static": 0.85, "enable_torch_compile": True}`` →
+    ``["--mem-fraction-static", "0.85", "--enable-torch-compile"]``. ``False``/``None`` drop the
+    flag; a list repeats its values after one flag (SGLang's ``nargs="+"`` style)."""
+    out: list[str] = []
+    for name, value in args.items():
+        if value is None or value is False:
+            continue
+        out.append(flag(name))
+        if value is True:
+            continue
+        if isinstance(value, list | tuple):
+            out.extend(str(v) for v in value)
+        else:
+            out.append(str(value))
+    return out
+
+
+def engine_command(spec: EngineSpec, *, engine: str, python: str, host: str, port: int) -> list[str]:
+    """The argv that starts one replica. ``engine`` is ``sglang`` or ``sim``."""
+    if engine not in ENGINE_MODULES:
+        raise ValueError(f"unknown engine {engine!r}; expected one of {sorted(ENGINE_MODULES)}")
+    argv = [
+        python, "-m", ENGINE_MODULES[engine],
+        "--model-path", spec.model_path,
+        "--served-model-name", spec.served_model_name,
+        "--host", host,
+        "--port", str(port),
+        "--tp-size", str(spec.tp_size),
+    ]
+    if spec.quantization:
+        argv += ["--quantization", spec.quantization]
+    if spec.context_length:
+        argv += ["--context-length", str(spec.context_length)]
+    argv.append("--enable-metrics")  # the agent's heartbeats are built from /metrics
+    argv += args_to_flags({**DEFAULT_ENGINE_ARGS, **spec.engine_args})
+    argv += list(spec.extra_args)
+    return argv
+
+
+def engine_env(engine: str, gpu_ids: Sequence[int]) -> dict[str, str]:
+    """Environment additions for one replica: it sees only its own GPUs."""
+    if engine != "sglang":
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpu_ids)}
+
+
+def assign_gpus(gpu_ids: Sequence[int], per_replica: int, replicas: int) -> list[list[int]]:
+    """Contiguous blocks of ``per_replica`` GPUs (neighbours share NVLink/PCIe switches, which
+    tensor parallelism wants). Raises if the node cannot hold ``replicas`` of them."""
+    if per_replica < 1 or replicas < 0:
+        raise ValueError("per_replica must be ≥ 1 and replicas ≥ 0")
+    ids = sorted(gpu_ids)
+    if per_replica * replicas > len(ids):
+        raise ValueError(f"{replicas} replica(s) × {per_replica} GPU(s) do not fit on {len(ids)} GPU(s)")
+    return [ids[i * per_replica:(i + 1) * per_replica] for i in range(replicas)]
+
+
+def replicas_that_fit(gpus: int, per_replica: int) -> int:
+    return max(1, gpus // max(1, per_replica)) if gpus else 1
