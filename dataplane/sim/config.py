@@ -161,8 +161,12 @@ def parse_config(argv: list[str] | None = None, warn=None) -> tuple[SimConfig, f
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:
         warn(f"ignoring SGLang flags the simulator does not model: {' '.join(unknown)}")
-    model = timing.infer_model_profile(args.model_path, args.model_profile)
-    gpu = timing.get_gpu(args.gpu)
+    try:
+        model = timing.infer_model_profile(args.model_path, args.model_profile)
+        gpu = timing.get_gpu(args.gpu)
+        timing.bytes_per_weight(args.quantization)
+    except KeyError as exc:  # an unknown profile or tier is a usage error, not a crash
+        raise SystemExit(f"nimbus-sim: {exc.args[0]}") from None
     policy = args.schedule_policy
     if policy not in SCHEDULE_POLICIES:
         if policy not in OTHER_SGLANG_POLICIES:
@@ -170,7 +174,6 @@ def parse_config(argv: list[str] | None = None, warn=None) -> tuple[SimConfig, f
         warn(f"--schedule-policy {policy} is simulated as fcfs")
         policy = "fcfs"
     quantization = args.quantization
-    timing.bytes_per_weight(quantization)  # fail fast on an unknown tier
     kv_dtype = None if args.kv_cache_dtype in (None, "auto") else args.kv_cache_dtype
     mem_fraction = args.mem_fraction_static or _default_mem_fraction(args.tp_size)
     capacity = timing.kv_capacity_tokens(model, gpu, args.tp_size, mem_fraction, quantization, kv_dtype)

@@ -152,10 +152,12 @@ _WEIGHT_BYTES = {
     None: 2.0, "bf16": 2.0, "fp16": 2.0, "float16": 2.0, "bfloat16": 2.0,
     "fp8": 1.0, "w8a8_fp8": 1.0, "modelopt_fp8": 1.0, "w8a8_int8": 1.0, "int8": 1.0,
     "awq": 0.53, "awq_marlin": 0.53, "gptq": 0.53, "gptq_marlin": 0.53, "int4": 0.53,
-    "bitsandbytes": 0.53, "gguf": 0.6, "modelopt_fp4": 0.56, "w4afp8": 0.53,
+    "bitsandbytes": 0.53, "gguf": 0.6, "modelopt_fp4": 0.56, "w4afp8": 0.53, "marlin": 0.53, "qoq": 0.53,
+    "mxfp4": 0.53, "compressed-tensors": 1.0, "fbgemm_fp8": 1.0, "blockwise_int8": 1.0,
 }
 # Tiers whose GEMMs run on FP8/INT8 tensor cores (weight-only int4 dequantizes to bf16).
-_FP8_COMPUTE = {"fp8", "w8a8_fp8", "modelopt_fp8", "w8a8_int8", "int8", "w4afp8", "modelopt_fp4"}
+_FP8_COMPUTE = {"fp8", "w8a8_fp8", "modelopt_fp8", "w8a8_int8", "int8", "w4afp8", "modelopt_fp4", "fbgemm_fp8",
+                "compressed-tensors", "blockwise_int8"}
 
 
 def get_gpu(name: str) -> GpuProfile:

@@ -75,3 +75,9 @@ def test_cli_help_lists_sglang_and_own_flags():
     for flag in ("--model-path", "--tp-size", "--mem-fraction-static", "--schedule-policy", "--gpu",
                  "--model-profile", "--time-scale", "--ready-delay", "--fault-crash-after-tokens"):
         assert flag in out
+
+
+def test_cli_rejects_unknown_profiles_cleanly():
+    out = subprocess.run([sys.executable, "-m", "dataplane.sim", "--gpu", "tpu-v9"], capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "unknown GPU profile 'tpu-v9'" in out.stderr and "Traceback" not in out.stderr

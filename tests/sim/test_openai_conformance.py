@@ -107,3 +107,14 @@ def test_refusal_is_a_server_error_for_the_sdk(shared_sim, client):
         assert err.value.status_code == 503
     finally:
         httpx.delete(shared_sim.url + "/_sim/faults").raise_for_status()
+
+
+def test_usage_reports_cached_tokens_for_a_shared_system_prompt(client):
+    system = {"role": "system", "content": "You answer questions about the Nimbus cloud precisely. " * 60}
+    first = client.chat.completions.create(
+        model="sim-model", messages=[system, {"role": "user", "content": "one"}], max_tokens=2)
+    second = client.chat.completions.create(
+        model="sim-model", messages=[system, {"role": "user", "content": "two"}], max_tokens=2)
+    assert first.usage.prompt_tokens_details.cached_tokens < 100
+    assert second.usage.prompt_tokens_details.cached_tokens > 400
+    assert second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens
