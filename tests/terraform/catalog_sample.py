@@ -62,7 +62,8 @@ def aws_region(name: str, domain: str, index: int, region: dict[str, Any]) -> di
             "version": "1",
         },
         "zones": [
-            {"name": zone, "subnet": placeholder_subnet_id(index, z)} for z, zone in enumerate(region["zones"])
+            {"name": zone, "subnet": placeholder_subnet_id(index, z)}
+            for z, zone in enumerate(region["zones"])
         ],
         "instance_types": [catalog_instance_type(it) for it in region["instance_types"]],
     }

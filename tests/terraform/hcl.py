@@ -142,7 +142,9 @@ def all_directories() -> list[Path]:
 # object types with the JSON schema: primitives, list/set/map/tuple, object({...})
 # and optional(T[, default]). Defaults are skipped, not evaluated.
 
-_TOKEN = re.compile(r'\s*(?:(?P<name>[A-Za-z_][A-Za-z0-9_-]*)|(?P<punct>[(){}\[\],=])|(?P<other>"(?:[^"\\]|\\.)*"|[^\s(){}\[\],=]+))')
+_TOKEN = re.compile(
+    r'\s*(?:(?P<name>[A-Za-z_][A-Za-z0-9_-]*)|(?P<punct>[(){}\[\],=])|(?P<other>"(?:[^"\\]|\\.)*"|[^\s(){}\[\],=]+))'
+)
 
 
 @dataclass(frozen=True)
@@ -173,7 +175,7 @@ def parse_type(text: str) -> TfType:
     parser = _TypeParser(tokens)
     result = parser.type_()
     if parser.pos != len(tokens):
-        raise ValueError(f"trailing tokens in type {text!r}: {tokens[parser.pos:]}")
+        raise ValueError(f"trailing tokens in type {text!r}: {tokens[parser.pos :]}")
     return result
 
 

@@ -27,8 +27,10 @@ def _type(text: str | None) -> str:
 def tables(directory: Path) -> str:
     lines = [MARKER, "", "## Inputs", "", "| name | type | required | description |", "|---|---|---|---|"]
     for var in sorted(hcl.variables(directory).values(), key=lambda v: (not v.required, v.name)):
-        lines.append(f"| `{var.name}` | {_type(var.type)} | {'yes' if var.required else 'no'} | "
-                     f"{_cell(var.description or '')} |")
+        lines.append(
+            f"| `{var.name}` | {_type(var.type)} | {'yes' if var.required else 'no'} | "
+            f"{_cell(var.description or '')} |"
+        )
     lines += ["", "## Outputs", "", "| name | description |", "|---|---|"]
     for name, body in sorted(hcl.blocks(directory, "output").items()):
         lines.append(f"| `{name}` | {_cell(body.get('description', ''))} |")

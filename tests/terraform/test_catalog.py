@@ -42,8 +42,9 @@ def test_catalog_module_types_mirror_the_schema():
     _assert_object_matches(region, _schema_def("region"), "region")
     _assert_object_matches(region.attribute("template")[0], _schema_def("template"), "template")
     _assert_object_matches(_element(region.attribute("zones")[0]), _schema_def("zone"), "zone")
-    _assert_object_matches(_element(region.attribute("instance_types")[0]), _schema_def("instance_type"),
-                           "instance_type")
+    _assert_object_matches(
+        _element(region.attribute("instance_types")[0]), _schema_def("instance_type"), "instance_type"
+    )
 
 
 def test_catalog_document_keys_match_the_schema_root():
@@ -129,8 +130,11 @@ def test_schema_rejects_a_broken_catalog():
 # The sample's names and ids follow the formats the modules build; if a module changes
 # one, the sample (and the placeholders the control plane tests rely on) must follow.
 NAME_FORMATS = [
-    ("aws/artifact-bucket", "bucket_name",
-     "${var.name}-artifacts-${data.aws_region.current.name}-${data.aws_caller_identity.current.account_id}"),
+    (
+        "aws/artifact-bucket",
+        "bucket_name",
+        "${var.name}-artifacts-${data.aws_region.current.name}-${data.aws_caller_identity.current.account_id}",
+    ),
     ("aws/gpu-template", "full_name", "${var.name}-gpu-${local.region}"),
     ("gcp/artifact-bucket", "bucket_name", "${var.project_id}-${var.name}-artifacts-${var.region}"),
 ]
@@ -148,9 +152,15 @@ def test_sample_urls_follow_the_module_formats():
     gcp_platform = hcl.MODULES_ROOT / "gcp/platform"
     assert hcl.blocks(gcp_platform, "module")["edge"]["domain_name"] == "${each.key}.${local.api_domain_name}"
     assert hcl.locals_(gcp_platform)["api_domain_name"] == "api.${var.domain}"
-    (template,) = [body for rtype, _, body in hcl.resources(hcl.MODULES_ROOT / "gcp/gpu-template")
-                   if rtype == "google_compute_region_instance_template"]
+    (template,) = [
+        body
+        for rtype, _, body in hcl.resources(hcl.MODULES_ROOT / "gcp/gpu-template")
+        if rtype == "google_compute_region_instance_template"
+    ]
     assert template["name_prefix"] == "${var.name}-gpu-${var.region}-"
-    subnets = {name: body for rtype, name, body in hcl.resources(hcl.MODULES_ROOT / "gcp/network")
-               if rtype == "google_compute_subnetwork"}
+    subnets = {
+        name: body
+        for rtype, name, body in hcl.resources(hcl.MODULES_ROOT / "gcp/network")
+        if rtype == "google_compute_subnetwork"
+    }
     assert subnets["nodes"]["name"] == "${var.name}-nodes-${each.key}"

@@ -22,9 +22,23 @@ def checkov_report():
             ".venv-tools/bin/pip install checkov (make setup does this)"
         )
     result = subprocess.run(
-        [str(CHECKOV), "-d", str(hcl.TERRAFORM_ROOT), "--framework", "terraform", "--compact",
-         "-o", "json", "--download-external-modules", "false", "--skip-download"],
-        capture_output=True, text=True, timeout=170, cwd=hcl.REPO_ROOT,
+        [
+            str(CHECKOV),
+            "-d",
+            str(hcl.TERRAFORM_ROOT),
+            "--framework",
+            "terraform",
+            "--compact",
+            "-o",
+            "json",
+            "--download-external-modules",
+            "false",
+            "--skip-download",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        cwd=hcl.REPO_ROOT,
     )
     assert result.stdout.strip(), f"checkov printed nothing (rc={result.returncode}): {result.stderr[-2000:]}"
     report = json.loads(result.stdout)

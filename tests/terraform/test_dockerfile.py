@@ -20,7 +20,9 @@ ROLES = ("api", "migrate", "worker", "beat", "edge", "agent")
 
 def _instructions():
     joined = re.sub(r"\\\n", " ", DOCKERFILE)
-    return [line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def test_base_images_are_pinned_and_the_runtime_user_is_unprivileged():
@@ -64,7 +66,9 @@ def stub_path(tmp_path):
 
 def _run(stub_path, *args, **env):
     environ = {"PATH": f"{stub_path}:/usr/bin:/bin", **env}
-    return subprocess.run(["sh", str(ENTRYPOINT), *args], capture_output=True, text=True, env=environ, timeout=10)
+    return subprocess.run(
+        ["sh", str(ENTRYPOINT), *args], capture_output=True, text=True, env=environ, timeout=10
+    )
 
 
 @pytest.mark.parametrize(
@@ -73,8 +77,16 @@ def _run(stub_path, *args, **env):
         ((), {}, "nimbus api --host 0.0.0.0 --port 8000"),
         (("api",), {"PORT": "9000"}, "nimbus api --host 0.0.0.0 --port 9000"),
         (("migrate",), {}, "nimbus db upgrade"),
-        (("worker", "--concurrency", "4"), {}, "celery --app controlplane.tasks worker --loglevel INFO --concurrency 4"),
-        (("beat",), {"NIMBUS_CELERY_APP": "x.y"}, "celery --app x.y beat --loglevel INFO --schedule /tmp/celerybeat-schedule"),
+        (
+            ("worker", "--concurrency", "4"),
+            {},
+            "celery --app controlplane.tasks worker --loglevel INFO --concurrency 4",
+        ),
+        (
+            ("beat",),
+            {"NIMBUS_CELERY_APP": "x.y"},
+            "celery --app x.y beat --loglevel INFO --schedule /tmp/celerybeat-schedule",
+        ),
         (("edge",), {}, "nimbus-edge  | edge=0.0.0.0:8080"),
         (("edge",), {"PORT": "8081"}, "nimbus-edge  | edge=0.0.0.0:8081"),
         (("agent",), {}, "nimbus-agent"),

@@ -31,11 +31,20 @@ def _resource(directory, rtype, name):
 # What infra/aws.py calls (the list), plus the KMS grant EC2 needs to create
 # volumes encrypted with a customer key on the caller's behalf.
 AWS_PROVIDER_ACTIONS = {
-    "ec2:RunInstances", "ec2:CreateTags", "ec2:DescribeInstances", "ec2:TerminateInstances",
-    "ec2:DescribeLaunchTemplates", "ec2:DescribeLaunchTemplateVersions", "iam:PassRole",
+    "ec2:RunInstances",
+    "ec2:CreateTags",
+    "ec2:DescribeInstances",
+    "ec2:TerminateInstances",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeLaunchTemplateVersions",
+    "iam:PassRole",
 }
 KMS_FOR_ENCRYPTED_VOLUMES = {
-    "kms:CreateGrant", "kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncrypt*",
+    "kms:CreateGrant",
+    "kms:Decrypt",
+    "kms:DescribeKey",
+    "kms:GenerateDataKeyWithoutPlaintext",
+    "kms:ReEncrypt*",
 }
 
 
@@ -52,7 +61,9 @@ def test_aws_only_describe_calls_use_a_wildcard_resource():
 
 
 def test_aws_new_instances_and_volumes_must_carry_the_ownership_tags_and_come_from_a_template():
-    (statement,) = [s for s in _policy_document(AWS / "control-plane", "provision") if s["sid"] == "LaunchTaggedNodes"]
+    (statement,) = [
+        s for s in _policy_document(AWS / "control-plane", "provision") if s["sid"] == "LaunchTaggedNodes"
+    ]
     assert any(r.endswith(":instance/*") for r in statement["resources"])
     assert any(r.endswith(":volume/*") for r in statement["resources"])
     conditions = _conditions(statement)
@@ -72,7 +83,9 @@ def test_aws_tags_only_at_launch_and_terminates_only_own_nodes():
 
 
 def test_aws_passes_only_the_gpu_node_role_to_ec2():
-    statements = [s for s in _policy_document(AWS / "control-plane", "provision") if "iam:PassRole" in s["actions"]]
+    statements = [
+        s for s in _policy_document(AWS / "control-plane", "provision") if "iam:PassRole" in s["actions"]
+    ]
     (statement,) = statements
     assert statement["resources"] == "${var.gpu_instance_role_arns}"
     assert _conditions(statement)[("StringEquals", "iam:PassedToService")] == ["ec2.amazonaws.com"]
@@ -97,7 +110,11 @@ def test_aws_launch_template_enforces_imdsv2_and_encryption():
 
 def test_aws_gpu_nodes_admit_only_the_edge_and_the_control_plane():
     gpu = AWS / "gpu-template"
-    ingress = [(name, body) for rtype, name, body in hcl.resources(gpu) if rtype == "aws_vpc_security_group_ingress_rule"]
+    ingress = [
+        (name, body)
+        for rtype, name, body in hcl.resources(gpu)
+        if rtype == "aws_vpc_security_group_ingress_rule"
+    ]
     assert {name for name, _ in ingress} == {"from_security_groups", "from_cidrs"}
     region = hcl.blocks(AWS / "region", "module")["gpu_template"]
     assert region["admitted_security_groups"] == (
@@ -109,15 +126,26 @@ def test_aws_gpu_nodes_admit_only_the_edge_and_the_control_plane():
     }
 
 
-# What infra/gcp.py calls: instances.insert from an instance template (labels, metadata,
-# service account, tags, scheduling for spot), instances.get/list/delete,
-# zoneOperations.get (wait polls it).
+# What infra/gcp.py calls: instanceTemplates.get (regional or global), instances.insert
+# with the template's properties (labels, metadata, service account, tags, scheduling
+# for spot), instances.get/aggregatedList/delete, zoneOperations.wait.
 GCP_PROVIDER_PERMISSIONS = {
-    "compute.instances.create", "compute.instances.get", "compute.instances.list", "compute.instances.delete",
-    "compute.instances.setLabels", "compute.instances.setMetadata", "compute.instances.setServiceAccount",
-    "compute.instances.setTags", "compute.instances.setScheduling", "compute.disks.create",
-    "compute.disks.setLabels", "compute.images.useReadOnly", "compute.instanceTemplates.useReadOnly",
-    "compute.subnetworks.use", "compute.zoneOperations.get",
+    "compute.instances.create",
+    "compute.instances.get",
+    "compute.instances.list",
+    "compute.instances.delete",
+    "compute.instances.setLabels",
+    "compute.instances.setMetadata",
+    "compute.instances.setServiceAccount",
+    "compute.instances.setTags",
+    "compute.instances.setScheduling",
+    "compute.disks.create",
+    "compute.disks.setLabels",
+    "compute.images.useReadOnly",
+    "compute.instanceTemplates.get",
+    "compute.instanceTemplates.useReadOnly",
+    "compute.subnetworks.use",
+    "compute.zoneOperations.get",
 }
 
 
@@ -134,8 +162,11 @@ def test_gcp_provisioner_touches_only_nimbus_named_instances_and_acts_only_as_gp
     act_as = _resource(GCP / "provisioner", "google_service_account_iam_member", "act_as_gpu")
     assert act_as["for_each"] == "${var.gpu_service_account_ids}"
     assert act_as["role"] == "roles/iam.serviceAccountUser"
-    project_roles = [body["role"] for rtype, _, body in hcl.resources(GCP / "provisioner")
-                     if rtype == "google_project_iam_member"]
+    project_roles = [
+        body["role"]
+        for rtype, _, body in hcl.resources(GCP / "provisioner")
+        if rtype == "google_project_iam_member"
+    ]
     assert project_roles == ["${google_project_iam_custom_role.this.id}"]
 
 

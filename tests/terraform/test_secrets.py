@@ -36,8 +36,8 @@ def test_the_scanner_catches_planted_secrets(kind, line):
 @pytest.mark.parametrize(
     "line",
     [
-        "  password = random_password.this[\"database\"].result",
-        '  secret_string = local.secret_values[each.key]',
+        '  password = random_password.this["database"].result',
+        "  secret_string = local.secret_values[each.key]",
         '    redis-url      = "${local.redis_base}/0"',
         '  redis_base = "rediss://:${local.redis_auth}@${aws_elasticache_replication_group.this.primary_endpoint_address}"',
         '    NIMBUS_EDGE_TOKEN     = aws_secretsmanager_secret.this["edge-token"].arn',

@@ -20,9 +20,18 @@ def _rel(path):
 def test_the_tree_has_the_expected_modules_and_environments():
     modules = {_rel(d) for d in hcl.module_dirs()}
     for expected in (
-        "modules/aws/network", "modules/aws/control-plane", "modules/aws/gpu-template", "modules/aws/edge",
-        "modules/aws/dns", "modules/aws/artifact-bucket", "modules/gcp/network", "modules/gcp/control-plane",
-        "modules/gcp/gpu-template", "modules/gcp/edge", "modules/gcp/global-lb", "modules/gcp/artifact-bucket",
+        "modules/aws/network",
+        "modules/aws/control-plane",
+        "modules/aws/gpu-template",
+        "modules/aws/edge",
+        "modules/aws/dns",
+        "modules/aws/artifact-bucket",
+        "modules/gcp/network",
+        "modules/gcp/control-plane",
+        "modules/gcp/gpu-template",
+        "modules/gcp/edge",
+        "modules/gcp/global-lb",
+        "modules/gcp/artifact-bucket",
         "modules/catalog",
     ):
         assert expected in modules
@@ -51,7 +60,9 @@ def test_environment_has_standard_files(directory):
 def test_every_variable_has_a_type_and_a_description(directory):
     for var in hcl.variables(directory).values():
         assert var.type, f"{_rel(directory)}: variable {var.name} has no type"
-        assert var.description and var.description.strip(), f"{_rel(directory)}: variable {var.name} has no description"
+        assert var.description and var.description.strip(), (
+            f"{_rel(directory)}: variable {var.name} has no description"
+        )
         hcl_type = var.type
         assert hcl_type.strip("${}") != "any", f"{_rel(directory)}: variable {var.name} is typed any"
 
@@ -104,7 +115,9 @@ def test_versions_pin_terraform_and_every_provider_used(directory):
     assert terraform.get("required_version"), f"{_rel(directory)}: no required_version"
     declared = _required_providers(directory)
     for name, spec in declared.items():
-        assert re.fullmatch(r"(~> |= )?\d+\.\d+(\.\d+)?", spec["version"]), f"{name}: unpinned {spec['version']!r}"
+        assert re.fullmatch(r"(~> |= )?\d+\.\d+(\.\d+)?", spec["version"]), (
+            f"{name}: unpinned {spec['version']!r}"
+        )
         assert spec["source"] == f"hashicorp/{name}"
     missing = {p for p in _providers_used(directory) if p not in {"terraform"}} - set(declared)
     assert not missing, f"{_rel(directory)} uses providers it does not require: {missing}"
@@ -199,7 +212,9 @@ def test_module_readme_tables_match_the_code(directory):
     text = (directory / "README.md").read_text()
     assert readme.MARKER in text, f"{_rel(directory)}/README.md has no generated tables"
     head = text.split(readme.MARKER, 1)[0]
-    assert head.startswith("# ") and len(head.split()) > 20, f"{_rel(directory)}/README.md needs a description"
+    assert head.startswith("# ") and len(head.split()) > 20, (
+        f"{_rel(directory)}/README.md needs a description"
+    )
     assert text == readme.expected_readme(directory), (
         f"{_rel(directory)}/README.md is stale: run python -m tests.terraform.readme"
     )

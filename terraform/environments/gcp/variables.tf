@@ -32,7 +32,7 @@ variable "dns_managed_zone" {
 variable "control_plane" {
   type = object({
     region           = string
-    node_name_prefix = optional(string, "nimbus-node-")
+    node_name_prefix = optional(string, "nimbus-")
     worker_count     = optional(number, 2)
     database_tier    = optional(string, "db-custom-2-7680")
   })

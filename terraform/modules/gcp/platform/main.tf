@@ -5,8 +5,31 @@ locals {
   has_cp          = var.control_plane != null
 }
 
+# The APIs every part below calls; left enabled on destroy because other workloads in
+# the project may use them too.
+resource "google_project_service" "this" {
+  for_each = toset([
+    "cloudkms.googleapis.com",
+    "compute.googleapis.com",
+    "dns.googleapis.com",
+    "iam.googleapis.com",
+    "iamcredentials.googleapis.com",
+    "redis.googleapis.com",
+    "run.googleapis.com",
+    "secretmanager.googleapis.com",
+    "servicenetworking.googleapis.com",
+    "sqladmin.googleapis.com",
+    "sts.googleapis.com",
+  ])
+
+  project            = var.project_id
+  service            = each.key
+  disable_on_destroy = false
+}
+
 module "kms" {
-  source = "../kms"
+  source     = "../kms"
+  depends_on = [google_project_service.this]
 
   project_id = var.project_id
   name       = var.name
@@ -15,7 +38,8 @@ module "kms" {
 }
 
 module "network" {
-  source = "../network"
+  source     = "../network"
+  depends_on = [google_project_service.this]
 
   project_id            = var.project_id
   name                  = var.name
@@ -52,7 +76,8 @@ module "gpu_template" {
 }
 
 module "provisioner" {
-  source = "../provisioner"
+  source     = "../provisioner"
+  depends_on = [google_project_service.this]
 
   project_id              = var.project_id
   name                    = var.name

@@ -50,8 +50,8 @@ variable "private_services_cidr" {
 
 variable "node_name_prefix" {
   type        = string
-  description = "Prefix of the instance names the GCP provider gives GPU nodes; the provisioning role only touches instances and disks named so."
-  default     = "nimbus-node-"
+  description = "Prefix of the instance names the GCP provider gives GPU nodes (infra/gcp.py names them nimbus-<node id>); the provisioning role only touches instances and disks named so."
+  default     = "nimbus-"
 }
 
 variable "control_plane" {

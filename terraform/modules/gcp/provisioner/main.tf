@@ -5,8 +5,9 @@ resource "google_service_account" "this" {
 }
 
 # Exactly the Compute Engine permissions the GCP provider in infra/gcp needs:
-# instances.insert from a regional instance template (with labels, metadata and the
-# GPU service account), instances.get/list/delete and zoneOperations.get/wait.
+# instanceTemplates.get (it reads the template it launches from), instances.insert
+# from a regional instance template (with labels, metadata and the GPU service
+# account), instances.get/list (aggregatedList)/delete and zoneOperations.get/wait.
 resource "google_project_iam_custom_role" "this" {
   project     = var.project_id
   role_id     = replace("${var.name}_provisioner", "-", "_")
@@ -16,6 +17,7 @@ resource "google_project_iam_custom_role" "this" {
     "compute.disks.create",
     "compute.disks.setLabels",
     "compute.images.useReadOnly",
+    "compute.instanceTemplates.get",
     "compute.instanceTemplates.useReadOnly",
     "compute.instances.create",
     "compute.instances.delete",
