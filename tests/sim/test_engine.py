@@ -178,3 +178,31 @@ async def test_hang_mid_step_holds_the_step_instead_of_losing_it():
         assert req.finish_reason == {"type": "length", "length": 1}
     finally:
         runner.cancel()
+
+
+def test_kv_accounting_invariants_under_random_load():
+    for seed, flags in ((1, ["--page-size", "16", "--schedule-policy", "lpm"]),
+                        (2, ["--page-size", "1", "--chunked-prefill-size", "512"])):
+        engine, clock = offline_engine(["--max-total-tokens", "12000", *flags])
+        rng = random.Random(seed)
+        shared = prompt(seed, 1500)
+        pending = sorted(
+            (rng.random() * 4, shared[: rng.randrange(0, 1500)] + prompt(rng.random(), rng.randrange(1, 600)),
+             rng.randrange(1, 300)) for _ in range(80))
+        reqs, i = [], 0
+        while i < len(pending) or engine.has_work():
+            while i < len(pending) and pending[i][0] <= clock.t:
+                reqs.append(engine.new_request(pending[i][1], pending[i][2], ignore_eos=rng.random() < 0.5))
+                i += 1
+            step = engine.plan()
+            if step is None:
+                clock.t = pending[i][0]
+                continue
+            # Admission never over-commits; only decode growth may exceed the pool, by at most
+            # one token per running request, before retraction catches it.
+            assert engine.used_tokens() <= engine.capacity + len(engine.running)
+            assert engine.radix.evictable_size <= engine.radix.total_size
+            clock.t += step.duration
+            engine.complete(step, clock.t)
+        assert all(r.done for r in reqs)
+        assert engine.used_tokens() == engine.radix.total_size == engine.radix.evictable_size
