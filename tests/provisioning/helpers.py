@@ -1,0 +1,67 @@
+"""Drive the pipeline in-process (no Celery) and read the results back."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from sqlalchemy import select
+
+from controlplane.config import Settings
+from controlplane.db.engine import session_scope
+from controlplane.db.types import utcnow
+from controlplane.models import Node, NodeState, Operation, OperationKind, Pool
+from controlplane.services import launcher, provisioning, terminator
+
+EXECUTORS = {OperationKind.launch: launcher.execute, OperationKind.terminate: terminator.execute}
+
+
+def tick(settings: Settings) -> provisioning.TickResult:
+    with session_scope(settings) as s:
+        return provisioning.reconcile_tick(s, settings, utcnow())
+
+
+def run_due(settings: Settings, providers) -> list[str]:
+    with session_scope(settings) as s:
+        due = provisioning.due_operations(s, utcnow())
+    return [EXECUTORS[kind](settings, providers, op_id) for op_id, kind in due]
+
+
+def converge(settings: Settings, providers, *, rounds: int = 10) -> None:
+    """Reconcile and run operations until nothing is left to do."""
+    for _ in range(rounds):
+        tick(settings)
+        if not run_due(settings, providers):
+            return
+    raise AssertionError("pipeline did not converge")
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.2) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def nodes(settings: Settings, pool_id: str | uuid.UUID, *states: NodeState) -> list[Node]:
+    with session_scope(settings) as s:
+        stmt = select(Node).where(Node.pool_id == uuid.UUID(str(pool_id))).order_by(Node.created_at)
+        if states:
+            stmt = stmt.where(Node.state.in_(states))
+        return list(s.scalars(stmt))
+
+
+def operations(settings: Settings, pool_id: str | uuid.UUID, kind: OperationKind | None = None) -> list[Operation]:
+    with session_scope(settings) as s:
+        stmt = select(Operation).where(Operation.pool_id == uuid.UUID(str(pool_id))).order_by(Operation.created_at)
+        if kind:
+            stmt = stmt.where(Operation.kind == kind)
+        return list(s.scalars(stmt))
+
+
+def pool_row(settings: Settings, pool_id: str | uuid.UUID) -> Pool:
+    with session_scope(settings) as s:
+        return s.get(Pool, uuid.UUID(str(pool_id)))
