@@ -76,7 +76,7 @@ resource "google_compute_region_instance_template" "this" {
   }
 
   shielded_instance_config {
-    enable_secure_boot          = true
+    enable_secure_boot          = var.secure_boot
     enable_vtpm                 = true
     enable_integrity_monitoring = true
   }

@@ -38,6 +38,12 @@ variable "boot_image" {
   default     = "projects/deeplearning-platform-release/global/images/family/common-cu124-ubuntu-2204-py310"
 }
 
+variable "secure_boot" {
+  type        = bool
+  description = "Shielded VM Secure Boot; only for boot images whose NVIDIA kernel modules are signed (driver images built with DKMS are not). vTPM and integrity monitoring stay on either way."
+  default     = false
+}
+
 variable "boot_disk_size_gb" {
   type        = number
   description = "Size of the encrypted boot disk in GB; it also caches model weights."
