@@ -48,7 +48,16 @@ class Candidate:
 class RouteRequest:
     hashes: list[int]
     prompt_tokens: int
+    prompt_chars: int
     tenant_id: str = ""
+
+    def cached_tokens(self, index: PrefixIndex, replica_id: str, now: float) -> int:
+        """Prompt tokens a replica is predicted to hold: the matched share of the prompt's characters
+        applied to the token estimate (both sides in the same, calibrated units)."""
+        blocks = index.matched_blocks(replica_id, self.hashes, now)
+        if not blocks or self.prompt_chars <= 0:
+            return 0
+        return int(self.prompt_tokens * min(1.0, blocks * index.block_chars / self.prompt_chars))
 
 
 @dataclass(slots=True)
@@ -125,8 +134,7 @@ class PredictedTtft:
 
     def estimate(self, req: RouteRequest, cand: Candidate, now: float) -> tuple[float, float, int]:
         """(predicted TTFT ms, routing score, predicted cached tokens) for one candidate."""
-        blocks = self.index.matched_blocks(cand.replica.id, req.hashes, now)
-        cached = min(req.prompt_tokens, self.index.tokens_for_blocks(blocks))
+        cached = req.cached_tokens(self.index, cand.replica.id, now)
         uncached = req.prompt_tokens - cached
         ttft = self.model.predict(cand.rtt_ms, cand.load.pending_prefill_tokens + uncached, cand.running)
         score = ttft + self.uncached_penalty * uncached * self.model.prefill_ms_per_token

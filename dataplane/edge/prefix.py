@@ -34,6 +34,7 @@ class _ReplicaBlocks:
 
 class PrefixIndex:
     MIN_CAPACITY_SHARE = 0.1
+    TOLERANCE = 0.1  # shares of the prompt; block granularity and template differences live in here
 
     def __init__(self, block_chars: int = 64, chars_per_token: float = 4.0, ttl_s: float = 600.0,
                  max_blocks_total: int = 1_000_000) -> None:
@@ -81,9 +82,6 @@ class PrefixIndex:
             n += 1
         return n
 
-    def tokens_for_blocks(self, n_blocks: int) -> int:
-        return int(n_blocks * self.block_chars / self.chars_per_token)
-
     def blocks_held(self, replica_id: str) -> int:
         entry = self._replicas.get(replica_id)
         return 0 if entry is None else len(entry.blocks)
@@ -102,13 +100,13 @@ class PrefixIndex:
         while len(blocks) > entry.capacity:
             blocks.popitem(last=False)
 
-    def correct(self, replica_id: str, predicted_tokens: int, reported_cached_tokens: int) -> None:
-        """Feed back what the engine actually found cached for a request we predicted on."""
+    def correct(self, replica_id: str, predicted_share: float, reported_share: float) -> None:
+        """Feed back what the engine actually found cached (as shares of the prompt, so the edge's
+        token estimate and the engine's tokenizer need not agree)."""
         entry = self._replicas.get(replica_id)
         if entry is None:
             return
-        slack = self.tokens_for_blocks(2)
-        if reported_cached_tokens + slack < predicted_tokens:
+        if reported_share + self.TOLERANCE < predicted_share:
             # We believed it held more than it did: it is evicting sooner than its nominal size says.
             floor = max(1, int(entry.nominal_capacity * self.MIN_CAPACITY_SHARE))
             entry.capacity = max(floor, int(entry.capacity * 0.9))

@@ -25,6 +25,7 @@ class Ticket:
     started: bool = False
     closed: bool = False
     tenant_id: str = ""
+    prompt_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -131,11 +132,10 @@ class Router:
         load = self.load(replica.id)
         if decision.policy != "predicted_ttft":
             # Other policies do not look at the index; estimate the hit anyway for the metrics.
-            blocks = self.index.matched_blocks(replica.id, req.hashes, now)
-            decision.predicted_cached_tokens = min(req.prompt_tokens, self.index.tokens_for_blocks(blocks))
+            decision.predicted_cached_tokens = req.cached_tokens(self.index, replica.id, now)
         uncached = max(0, req.prompt_tokens - decision.predicted_cached_tokens)
         ticket = Ticket(replica, decision, reserved_tokens, uncached, load.pending_prefill_tokens + uncached,
-                        self.rtt_ms(catalog, replica))
+                        self.rtt_ms(catalog, replica), prompt_tokens=req.prompt_tokens)
         load.inflight += 1
         load.inflight_tokens += reserved_tokens
         load.pending_prefill_tokens += uncached
@@ -150,8 +150,10 @@ class Router:
         self.load(ticket.replica.id).pending_prefill_tokens -= ticket.uncached_tokens
         self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms)
 
-    def release(self, ticket: Ticket, ok: bool | None, now: float, reported_cached_tokens: int | None = None) -> None:
-        """``ok=None``: the request ended for reasons that say nothing about the replica (client left)."""
+    def release(self, ticket: Ticket, ok: bool | None, now: float,
+                reported: tuple[int, int] | None = None) -> None:
+        """``ok=None``: the request ended for reasons that say nothing about the replica (client left).
+        ``reported``: (prompt tokens, cached tokens) as the engine counted them."""
         if ticket.closed:
             return
         ticket.closed = True
@@ -165,9 +167,9 @@ class Router:
             breaker.probe_in_flight = False
         elif ok:
             breaker.on_success()
-            if reported_cached_tokens is not None:
-                self.index.correct(ticket.replica.id, ticket.decision.predicted_cached_tokens,
-                                   reported_cached_tokens)
+            if reported is not None and reported[0] > 0 and ticket.prompt_tokens > 0:
+                self.index.correct(ticket.replica.id, ticket.decision.predicted_cached_tokens / ticket.prompt_tokens,
+                                   reported[1] / reported[0])
         else:
             breaker.on_failure(now)
 

@@ -98,6 +98,14 @@ def _headers(pairs: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.encode(), v.encode()) for k, v in pairs.items()]
 
 
+def _reported(usage: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(prompt, cached) tokens as the engine counted them, for the prefix index's self-correction."""
+    if not usage:
+        return None
+    prompt, _, cached = token_counts(usage)
+    return prompt, cached
+
+
 async def send_json(send: Send, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
     headers = JSON_HEADERS + _headers(extra or {})
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -274,7 +282,7 @@ class EdgeService:
             await self._activate(tenant, variant, req.model)
 
         route_req = RouteRequest(block_hashes(req.prompt_text, s.prefix_block_chars), req.prompt_tokens_est,
-                                 tenant.id)
+                                 len(req.prompt_text), tenant.id)
         payload = upstream_body(req, variant.served_model_name)
         path = PATHS[kind]
         excluded: set[str] = set()
@@ -370,10 +378,11 @@ class EdgeService:
         st.replica = ticket.replica
         return ticket
 
-    def _release(self, st: RequestState, ticket: Ticket, ok: bool | None, cached: int | None = None) -> None:
+    def _release(self, st: RequestState, ticket: Ticket, ok: bool | None,
+                 reported: tuple[int, int] | None = None) -> None:
         if not ticket.closed:
             self.share_guard(ticket.replica.variant_id).released(ticket.tenant_id)
-        self.router.release(ticket, ok, time.monotonic(), cached)
+        self.router.release(ticket, ok, time.monotonic(), reported)
         self.admission.pump(ticket.replica.variant_id)
 
     async def _forward(self, st: RequestState, ticket: Ticket, path: str, payload: bytes, send: Send,
@@ -417,7 +426,7 @@ class EdgeService:
                 st.usage = msgspec.json.decode(data).get("usage")
             except (msgspec.DecodeError, AttributeError):
                 st.usage = None
-            self._release(st, ticket, True, token_counts(st.usage)[2] if st.usage else None)
+            self._release(st, ticket, True, _reported(st.usage))
             st.status, st.http_status, st.response_started = "ok", 200, True
             if ckey is not None:
                 self.response_cache.put(ckey, data, time.monotonic())
@@ -483,8 +492,7 @@ class EdgeService:
             self._release(st, ticket, False)
             return RETRY
         if saw_done and not upstream_error:
-            cached = token_counts(st.usage)[2] if st.usage else None
-            self._release(st, ticket, True, cached)
+            self._release(st, ticket, True, _reported(st.usage))
             st.status, st.http_status = "ok", 200
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return DONE_OK

@@ -29,7 +29,7 @@ def make_router(policy="predicted_ttft", **settings):
 
 
 def route(router, cat, text, now=0.0, exclude=frozenset()):
-    req = RouteRequest(block_hashes(text, router.settings.prefix_block_chars), len(text) // 4)
+    req = RouteRequest(block_hashes(text, router.settings.prefix_block_chars), len(text) // 4, len(text))
     cands = router.eligible(cat, list(cat.replicas.values()), now, exclude)
     decision = router.choose(req, cands, now)
     if decision is None:
@@ -56,10 +56,10 @@ def test_prefix_index_is_bounded_by_kv_capacity_and_corrected_by_reports():
     assert 0 < idx.matched_blocks("r", first, now=3) < 10
     assert idx.matched_blocks("r", first, now=10_000) == 0  # TTL
     # The engine found less cached than predicted: the replica's LRU shrinks
-    idx.correct("r", predicted_tokens=40, reported_cached_tokens=0)
+    idx.correct("r", predicted_share=0.8, reported_share=0.1)
     assert idx._replicas["r"].capacity < 16
     for _ in range(200):
-        idx.correct("r", predicted_tokens=10, reported_cached_tokens=10)
+        idx.correct("r", predicted_share=0.5, reported_share=0.5)
     assert idx._replicas["r"].capacity == 16
 
 
@@ -93,7 +93,7 @@ def test_capacity_guard_and_release():
     # despite the shared prefix, no replica went past its 2 slots
     assert sorted(router.load(r).inflight for r in ("rep0", "rep1")) == [2, 2]
     assert route(router, cat, "more")[0] is None  # everyone full -> queue
-    router.release(tickets[0], True, 1.0, reported_cached_tokens=0)
+    router.release(tickets[0], True, 1.0, reported=(100, 0))
     assert route(router, cat, "more")[0].replica.id == tickets[0].replica.id
     assert router.load("rep0").pending_prefill_tokens >= 0
 
