@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 from dataplane.sim import tokenizer
+from dataplane.sim.process import REPO_ROOT
 
 
 def test_same_text_prefix_same_token_prefix():
@@ -19,7 +20,7 @@ def test_encoding_is_stable_across_processes():
     text = "stable across runs, unlike Python's salted hash()"
     code = f"from dataplane.sim import tokenizer; print(tokenizer.encode({text!r}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "123", "PATH": ""}, cwd=".")
+                         env={"PYTHONHASHSEED": "123", "PATH": ""}, cwd=REPO_ROOT)
     assert out.stdout.strip() == str(tokenizer.encode(text))
 
 
