@@ -184,6 +184,9 @@ def parse_config(argv: list[str] | None = None, warn=None) -> tuple[SimConfig, f
             f"Not enough memory: {model.name} at {quantization or 'bf16'} does not fit {args.tp_size}x{gpu.name} "
             f"with --mem-fraction-static {mem_fraction}"
         )
+    if args.dp_size > 1:
+        warn("--dp-size > 1 is simulated as a single data-parallel rank (run one simulator per rank)")
+        args.dp_size = 1
     context = args.context_length or model.context_length
     # SGLang sizes its request pool from capacity and context, then caps running requests by it.
     pool = min(max(int(capacity / context * 512), 2048), 4096)
