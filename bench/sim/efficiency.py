@@ -81,6 +81,7 @@ def measure(streams: int, tokens: int) -> dict:
         "model_ms_per_step": round(model_step_ms, 2),
         "headroom": round(model_step_ms / cpu_step_ms, 2) if cpu_step_ms else None,
         "late_steps_pct": round(100 * lag["late_steps"] / steps, 1),
+        "mean_lag_ms": round(lag["mean_lag_ms"], 2),
         "stretch_wall_over_schedule": round(wall / lag["busy_s"], 2) if lag["busy_s"] else None,
         "load_avg_1m": round(load, 2),
     }
