@@ -19,7 +19,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,7 @@ class LaunchJob:
     catalog: Catalog
     blocks: list[BlockEntry]
     avoid_zones: tuple[str, ...]
+    failures: Mapping[tuple, int]  # recorded failed attempts per candidate (see idempotency_token)
 
 
 @dataclass
@@ -161,7 +163,23 @@ def _claim(session: Session, settings: Settings, op_id: uuid.UUID, now: dt.datet
         catalog=placement_catalog.load(session),
         blocks=blocklist.active_blocks(session, now),
         avoid_zones=recently_preempted_zones(session, pool.id, now, settings),
+        failures=Counter(_candidate_key(h) for h in op.history or [] if h.get("ok") is False and "zone" in h),
     )
+
+
+def _candidate_key(entry: Mapping[str, Any]) -> tuple:
+    return (entry["cloud"], entry["region"], entry["zone"], entry["instance_type"], entry["spot"])
+
+
+def idempotency_token(job: LaunchJob, c: Candidate) -> str:
+    """Stable while an attempt on ``c`` has no recorded outcome, fresh after a recorded failure.
+
+    A worker that dies mid-call retries with the same token, so the cloud answers with the
+    VM it already made; but once a failure is on record, reusing the token would only make
+    GCE replay that failed operation, so the next try on the same candidate gets a new one.
+    """
+    n = job.failures.get((c.cloud, c.region, c.zone, c.instance_type, c.spot), 0)
+    return attempt_token(f"{job.op_id}-{n}", c)
 
 
 def recently_preempted_zones(
@@ -227,7 +245,7 @@ def _walk(
                     catalog=job.catalog, bootstrap_token=token, token_expires_at=expires, now=clock(),
                 ),
                 tags=ownership_tags(cluster, str(job.node_id), str(job.pool_id)),
-                idempotency_token=attempt_token(str(job.op_id), c),
+                idempotency_token=idempotency_token(job, c),
                 subnet=c.subnet,
             )
             return providers(c.cloud).launch(request)

@@ -28,12 +28,22 @@ def run_due(settings: Settings, providers) -> list[str]:
     return [EXECUTORS[kind](settings, providers, op_id) for op_id, kind in due]
 
 
-def converge(settings: Settings, providers, *, rounds: int = 10) -> None:
-    """Reconcile and run operations until nothing is left to do."""
-    for _ in range(rounds):
+def open_operations(settings: Settings) -> int:
+    with session_scope(settings) as s:
+        return len(s.scalars(select(Operation.id).where(Operation.state.in_(provisioning.OPEN_STATES),
+                                                        Operation.kind != OperationKind.drain)).all())
+
+
+def converge(settings: Settings, providers, *, timeout: float = 30.0) -> None:
+    """Reconcile and run operations (waiting out their retry times) until none is left open."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         tick(settings)
-        if not run_due(settings, providers):
+        ran = run_due(settings, providers)
+        if not ran and not open_operations(settings):
             return
+        if not ran:
+            time.sleep(0.2)
     raise AssertionError("pipeline did not converge")
 
 
