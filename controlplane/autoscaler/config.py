@@ -12,11 +12,11 @@ class AutoscalerConfig:
     engine_target_utilization: float = 0.85
     # SLO feedback on the profiled capacity: shrink fast on a breach at planned load, grow
     # slowly while p95 TTFT stays under ``capacity_scale_slack`` × SLO at planned load.
-    capacity_scale_down_step: float = 0.03
-    capacity_scale_up_step: float = 0.003
-    capacity_scale_slack: float = 0.6
-    capacity_scale_min: float = 0.5
-    capacity_scale_max: float = 1.3
+    capacity_scale_down_step: float = 0.005
+    capacity_scale_up_step: float = 0.0005
+    capacity_scale_slack: float = 0.5
+    capacity_scale_min: float = 0.7
+    capacity_scale_max: float = 1.2
     # Knative KPA windows: the stable window sizes the pool, the panic window catches bursts.
     stable_window_s: float = 60.0
     panic_window_s: float = 10.0
@@ -31,10 +31,14 @@ class AutoscalerConfig:
     scale_down_hold_s: float = 300.0
     # A replica that was just added is not drained before this long (it cost a cold start).
     scale_down_cooldown_s: float = 300.0
+    # Headroom over the need when growing, and kept when shrinking: a rising load is met in
+    # fewer steps, and the band between the two thresholds stops flapping.
+    scale_up_headroom: float = 0.1
+    scale_down_headroom: float = 0.1
     # Give back at least this share of the pool per scale-down, so a slow decline does not
     # turn into one scale event per replica.
-    scale_down_min_fraction: float = 0.0
-    # Grow by at least this share of the active pool when scaling up (fewer, larger steps).
+    scale_down_min_fraction: float = 0.2
+    # Grow by at least this share of the target when scaling up.
     scale_up_min_fraction: float = 0.0
     # Pre-warm horizon = this quantile of the measured model-ready times (+ one tick).
     prewarm_quantile: float = 0.9

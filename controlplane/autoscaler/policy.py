@@ -104,7 +104,8 @@ def learn_capacity(previous: float | None, obs: PoolObservation, config: Autosca
     return observed if previous is None else 0.8 * previous + 0.2 * observed
 
 
-def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, config: AutoscalerConfig) -> float:
+def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, settled: bool,
+                        config: AutoscalerConfig) -> float:
     """SLO feedback on how much of the profiled capacity a replica really delivers.
 
     A profile is taken on one replica in isolation; behind a load balancer a pool absorbs
@@ -112,7 +113,7 @@ def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, config: Auto
     the pool was loaded about as planned teach anything: a breach under overload says the
     pool is too small, not that replicas are slower."""
     load, p95 = demand.load_per_replica, demand.ttft_p95_s
-    if load is None or p95 is None:
+    if load is None or p95 is None or not settled:
         return scale
     if p95 > slo_s and 0.8 * scale <= load <= 1.05 * scale:
         scale *= 1 - config.capacity_scale_down_step
@@ -127,9 +128,17 @@ def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, config: Auto
 
 @dataclass(frozen=True)
 class ReactiveNeed:
-    stable: int
-    panic: int
+    stable_units: float  # replicas' worth of demand, mean over the stable window
+    panic_units: float  # the same over the panic window (or the newest sample if higher)
     panic_mode: bool
+
+    @property
+    def stable(self) -> int:
+        return replicas_for(self.stable_units)
+
+    @property
+    def panic(self) -> int:
+        return replicas_for(self.panic_units)
 
 
 def record(samples: tuple, t: float, value, keep_s: float) -> tuple:
@@ -148,7 +157,7 @@ def replicas_for(units: float) -> int:
 
 def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: Demand,
                   config: AutoscalerConfig) -> ReactiveNeed:
-    stable = replicas_for(window_mean(samples, now, config.stable_window_s))
+    stable_units = window_mean(samples, now, config.stable_window_s)
     # The newest sample counts in full when it is the highest: a burst should be met in one
     # step, not in as many steps as the panic window has ticks.
     latest = samples[-1][1] if samples else 0.0
@@ -157,7 +166,7 @@ def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: De
     ready = max(1, demand.ready)
     queued_too_long = demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * ready
     panic_mode = panic > demand.ready and (panic >= config.panic_threshold * ready or queued_too_long)
-    return ReactiveNeed(stable, panic, panic_mode)
+    return ReactiveNeed(stable_units, panic_units, panic_mode)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,14 +189,15 @@ def prewarm_horizon(obs: PoolObservation, config: AutoscalerConfig) -> float:
 
 
 def predictive_need(obs: PoolObservation, capacity_tok_s: float | None, horizon_s: float,
-                    config: AutoscalerConfig) -> tuple[int, Forecast | None]:
+                    config: AutoscalerConfig) -> tuple[float, Forecast | None]:
+    """Replicas' worth of the forecast peak token rate within the pre-warm horizon."""
     if not capacity_tok_s or not obs.token_rate_history:
-        return 0, None
+        return 0.0, None
     forecast = forecast_peak(
         obs.token_rate_history, obs.now, horizon_s, season_s=config.season_s,
         level_window_s=config.forecast_level_window_s, trend_window_s=config.forecast_trend_window_s,
     )
-    return replicas_for(forecast.peak / capacity_tok_s), forecast
+    return forecast.peak / capacity_tok_s, forecast
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,27 +214,33 @@ def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now:
     return demand.ready + 1
 
 
-def apply_hysteresis(desired: int, current: int, desired_samples: Sequence[tuple[float, int]], now: float,
+def apply_hysteresis(need: float, current: int, need_samples: Sequence[tuple[float, float]], now: float,
                      state: AutoscalerState, in_panic: bool, config: AutoscalerConfig) -> tuple[int, str]:
-    """Next target from the current one: up at once, down only to the highest need of the
-    hold window, never while panicking or right after a scale-up."""
-    if desired > current:
-        step = max(desired - current, math.ceil(config.scale_up_min_fraction * current))
-        return current + step, f"scale up: need {desired} > target {current}"
+    """Next target from the current one and the need (in replicas' worth, fractional).
+
+    Up at once, with a little headroom so a rising load is met in few steps. Down only when
+    the highest need of the hold window, plus headroom, frees a worthwhile share of the pool;
+    never while panicking, right after a scale-up, or without a full hold window of memory.
+    The gap between the two thresholds is the hysteresis band that stops flapping."""
+    if replicas_for(need) > current:
+        grown = max(replicas_for(need * (1 + config.scale_up_headroom)),
+                    current + math.ceil(config.scale_up_min_fraction * current))
+        return grown, f"scale up: need {need:.2f} > target {current}"
     if in_panic:
         return current, "panic: no scale-down"
-    held = max([v for t, v in desired_samples if t > now - config.scale_down_hold_s] + [desired])
-    if held >= current:
-        return current, f"hold: peak need over {config.scale_down_hold_s:.0f}s is {held}"
-    seen_since = desired_samples[0][0] if desired_samples else now
+    held = max([v for t, v in need_samples if t > now - config.scale_down_hold_s] + [need])
+    keep = replicas_for(held * (1 + config.scale_down_headroom))
+    if keep >= current:
+        return current, f"hold: peak need over {config.scale_down_hold_s:.0f}s is {held:.2f}"
+    seen_since = need_samples[0][0] if need_samples else now
     if now - seen_since < config.scale_down_hold_s - config.decision_interval_s:
         # Too little memory (first ticks, or state lost): a quiet minute is no reason to shrink.
         return current, "hold: not enough history to scale down"
     if state.last_scale_up_at is not None and now - state.last_scale_up_at < config.scale_down_cooldown_s:
         return current, "hold: cooling down after scale-up"
-    if current - held < max(1, math.ceil(config.scale_down_min_fraction * current)):
-        return current, f"hold: surplus {current - held} below the minimum scale-down step"
-    return held, f"scale down: peak need over {config.scale_down_hold_s:.0f}s is {held} < target {current}"
+    if current - keep < max(1, math.ceil(config.scale_down_min_fraction * current)):
+        return current, f"hold: surplus {current - keep} below the minimum scale-down step"
+    return keep, f"scale down: peak need over {config.scale_down_hold_s:.0f}s is {held:.2f}, target {current}"
 
 
 def is_idle(spec: PoolSpec, obs: PoolObservation) -> bool:
@@ -417,7 +433,9 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         state.tokens_per_replica_s, obs, config)
     profiled = spec.replica_tokens_per_s or learned
     demand = measure_demand(obs, profiled, state.capacity_scale, config)
-    scale = tune_capacity_scale(state.capacity_scale, demand, spec.ttft_slo_s, config)
+    # Learn only from a settled pool: no cold start under way, no panic in the last minute.
+    settled = len(ready) == len(active) and not (state.panic_until is not None and now < state.panic_until)
+    scale = tune_capacity_scale(state.capacity_scale, demand, spec.ttft_slo_s, settled, config)
     capacity = profiled * scale if profiled else None
 
     keep_s = max(config.stable_window_s, config.panic_window_s)
@@ -433,24 +451,24 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         panic_until = now + config.panic_hold_s
     in_panic = panic_until is not None and now < panic_until
 
-    desired = max(reactive.stable, predicted, breach, reactive.panic if in_panic else 0)
+    need = max(reactive.stable_units, predicted, float(breach), reactive.panic_units if in_panic else 0.0)
     reasons = []
     if reactive.panic_mode:
         reasons.append(f"panic: {reactive.panic} replicas needed over {config.panic_window_s:.0f}s "
                        f"with {demand.ready} ready and {demand.queue_total} queued")
-    if predicted > reactive.stable:
+    if replicas_for(predicted) > reactive.stable:
         reasons.append(f"pre-warm: forecast peak {forecast.peak:.0f} tok/s within {horizon:.0f}s "
-                       f"needs {predicted}")
+                       f"needs {predicted:.2f}")
     if breach:
         reasons.append(f"TTFT p95 {demand.ttft_p95_s:.2f}s > SLO {spec.ttft_slo_s:.2f}s")
 
     floor, floor_reason = kind_floor(spec, obs)
-    desired_samples = record(state.desired_samples, now, max(desired, floor), config.scale_down_hold_s)
+    need_samples = record(state.need_samples, now, max(need, float(floor)), config.scale_down_hold_s)
     if floor == 0 and floor_reason is not None:
         target, why = 0, floor_reason
     else:
         current = state.target if state.target is not None else len(active)
-        target, why = apply_hysteresis(desired, current, desired_samples, now, state, in_panic, config)
+        target, why = apply_hysteresis(need, current, need_samples, now, state, in_panic, config)
         if floor_reason:
             reasons.append(floor_reason)
     reasons.append(why)
@@ -476,7 +494,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
 
     new_state = state.evolve(
         demand_samples=demand_samples,
-        desired_samples=desired_samples,
+        need_samples=need_samples,
         target=target,
         panic_until=panic_until,
         last_scale_up_at=now if target > (state.target or 0) else state.last_scale_up_at,
@@ -495,7 +513,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         "stable_need": reactive.stable,
         "panic_need": reactive.panic,
         "panic": in_panic,
-        "predicted_need": predicted,
+        "need_units": round(need, 3),
+        "predicted_need": replicas_for(predicted),
         "forecast_peak_tok_s": None if forecast is None else round(forecast.peak, 1),
         "prewarm_horizon_s": round(horizon, 1),
         "capacity_tok_s": None if capacity is None else round(capacity, 1),

@@ -95,8 +95,9 @@ class AutoscalerState:
 
     # (t, demand in replica units) per tick, trimmed to the longest window the policy reads.
     demand_samples: tuple[tuple[float, float], ...] = ()
-    # (t, replicas the reactive+predictive signals asked for) per tick, for the scale-down hold.
-    desired_samples: tuple[tuple[float, int], ...] = ()
+    # (t, replicas' worth the reactive+predictive signals asked for) per tick, for the
+    # scale-down hold.
+    need_samples: tuple[tuple[float, float], ...] = ()
     # The replica count last decided; surplus replicas (a stand-in waiting for its spot
     # replacement) do not raise it, lost ones are replaced up to it.
     target: int | None = None
@@ -117,11 +118,9 @@ class AutoscalerState:
             return cls()
         raw = json.loads(text)
         known = {k: v for k, v in raw.items() if k in cls.__dataclass_fields__}
-        for key in ("demand_samples", "desired_samples"):
+        for key in ("demand_samples", "need_samples"):
             if key in known:
-                known[key] = tuple((float(t), v) for t, v in known[key])
-        if "desired_samples" in known:
-            known["desired_samples"] = tuple((t, int(v)) for t, v in known["desired_samples"])
+                known[key] = tuple((float(t), float(v)) for t, v in known[key])
         return cls(**known)
 
     def evolve(self, **changes) -> AutoscalerState:

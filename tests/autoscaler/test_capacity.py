@@ -35,7 +35,7 @@ def test_spot_outage_falls_back_to_on_demand_then_returns_to_spot():
     outage = PoolObservation(now=0.0, replicas=survivors + tuple(
         make_replica(300 + i, running=0, spot=True, state="starting", started_at=0.0) for i in range(2)),
         spot_unavailable_until=900.0)
-    state = AutoscalerState(desired_samples=tuple((float(t), 4) for t in range(-600, 0, 5)))
+    state = AutoscalerState(need_samples=tuple((float(t), 4.0) for t in range(-600, 0, 5)))
     driver.state = state
     decision = driver.tick(outage)
     assert decision.target_replicas == 4
@@ -93,7 +93,7 @@ def test_consolidation_drains_the_emptier_node():
         make_replica(1, running=60, node="big", gpus=2),
         make_replica(2, running=60, node="small", gpus=2),
     )
-    state = AutoscalerState(desired_samples=tuple((float(t), 3) for t in range(-600, 0, 5)))
+    state = AutoscalerState(need_samples=tuple((float(t), 3.0) for t in range(-600, 0, 5)))
     decision, _ = decide(make_spec(), PoolObservation(now=0.0, replicas=replicas, nodes=nodes), state)
     assert decision.add == () and decision.drain == ()
     assert [(m.replica_id, m.from_node, m.to_node) for m in decision.consolidate] == [("r2", "small", "big")]
@@ -107,7 +107,7 @@ def test_consolidation_leaves_nodes_shared_with_other_pools():
         *(make_replica(i, running=60, node="big", gpus=2) for i in range(3)),
         make_replica(3, running=60, node="small", gpus=2),
     )
-    state = AutoscalerState(desired_samples=tuple((float(t), 4) for t in range(-600, 0, 5)))
+    state = AutoscalerState(need_samples=tuple((float(t), 4.0) for t in range(-600, 0, 5)))
     decision, _ = decide(make_spec(), PoolObservation(now=0.0, replicas=replicas, nodes=nodes), state)
     assert decision.consolidate == ()
 

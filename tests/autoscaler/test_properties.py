@@ -36,7 +36,7 @@ def pools(draw):
     )
     history = draw(st.lists(st.tuples(st.floats(-600, 0), st.integers(0, 20)), max_size=30))
     state = AutoscalerState(
-        desired_samples=tuple(sorted((t, v) for t, v in history)),
+        need_samples=tuple(sorted((t, float(v)) for t, v in history)),
         target=draw(st.none() | st.integers(0, 16)),
         last_scale_up_at=draw(st.none() | st.floats(-3000, 0)),
         panic_until=draw(st.none() | st.floats(-100, 100)),
