@@ -1,6 +1,7 @@
 # One control plane (AWS) provisions GPU nodes in both clouds; every region of both
 # clouds runs an edge, and one latency-routed name (Route 53) spreads tenants over all
-# of them.
+# of them. An HA VPN joins the control plane's AWS VPC and the GCP VPC, so GCP edges
+# reach the control plane's Redis and replicas in both clouds.
 
 data "aws_route53_zone" "public" {
   name         = var.domain
@@ -36,6 +37,11 @@ module "aws" {
     single_nat_gateway    = var.aws_secondary.single_nat_gateway
     edge_short_name       = var.aws_secondary.edge_short_name
   }
+  # GCP edges and nodes are reached over the HA VPN from the primary region.
+  remote_network = {
+    edge_cidrs = [for cfg in values(var.gcp_regions) : cfg.services_cidr]
+    node_cidrs = [for cfg in values(var.gcp_regions) : cfg.nodes_cidr]
+  }
   external_endpoints = {
     for region, cfg in var.gcp_regions : "gcp-${region}" => {
       latency_region = cfg.latency_region
@@ -70,7 +76,26 @@ module "gcp" {
     role_arn   = module.aws.control_plane_role_arn
   }
   external_edge_secrets = module.aws.edge_secret_values
-  deletion_protection   = var.deletion_protection
+  # Only the primary AWS VPC is on the VPN (VPC peering does not carry it further).
+  peer_cidrs          = [var.aws_primary.cidr_block]
+  deletion_protection = var.deletion_protection
+}
+
+module "vpn" {
+  source = "../../modules/multicloud/vpn"
+
+  name = var.name
+  aws = {
+    vpc_id          = module.aws.primary_network.vpc_id
+    route_table_ids = module.aws.primary_network.private_route_table_ids
+  }
+  gcp = {
+    project_id = var.gcp_project_id
+    region     = var.gcp_vpn_region
+    network_id = module.gcp.network_id
+  }
+  kms_key_arn = module.aws.primary_kms_key_arn
+  tags        = local.tags
 }
 
 # The GCP edges' own names live in the Route 53 zone and point at the anycast

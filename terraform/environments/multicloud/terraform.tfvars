@@ -58,6 +58,7 @@ aws_secondary = {
 }
 
 gcp_project_id = "nimbus-global-123456"
+gcp_vpn_region = "us-central1"
 
 gcp_regions = {
   "us-central1" = {

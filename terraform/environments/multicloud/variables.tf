@@ -100,6 +100,11 @@ variable "gcp_regions" {
   description = "GCP regions with an edge and GPU nodes; latency_region is the nearest AWS region, against which Route 53 measures latency for the GCP edge."
 }
 
+variable "gcp_vpn_region" {
+  type        = string
+  description = "GCP region of the HA VPN gateway to the control plane's AWS VPC (one of gcp_regions, ideally the closest to the AWS primary region)."
+}
+
 variable "deletion_protection" {
   type        = bool
   description = "Protect databases, services and load balancers from deletion."

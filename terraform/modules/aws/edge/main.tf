@@ -95,11 +95,9 @@ resource "aws_vpc_security_group_egress_rule" "https" {
 }
 
 resource "aws_vpc_security_group_egress_rule" "redis" {
-  for_each = toset(var.node_cidrs)
-
   security_group_id = aws_security_group.edge.id
-  description       = "Redis in ${each.key}"
-  cidr_ipv4         = each.key
+  description       = "Redis of the control plane"
+  cidr_ipv4         = var.redis_cidr
   ip_protocol       = "tcp"
   from_port         = var.redis_port
   to_port           = var.redis_port

@@ -79,6 +79,11 @@ variable "control_plane_url" {
   description = "HTTPS URL of the control plane; the edge pulls routing snapshots from it."
 }
 
+variable "redis_cidr" {
+  type        = string
+  description = "CIDR of the control plane's VPC, where Redis lives (this VPC or a peered one)."
+}
+
 variable "redis_port" {
   type        = number
   description = "Port of the control plane's Redis (its URL, with the AUTH token, comes as the NIMBUS_EDGE_REDIS_URL secret)."
@@ -97,7 +102,7 @@ variable "secrets_kms_key_arn" {
 
 variable "node_cidrs" {
   type        = list(string)
-  description = "CIDRs where GPU nodes live (this VPC and peered ones): the edge connects to engines there."
+  description = "CIDRs where GPU nodes live (this VPC, peered VPCs, another cloud over VPN): the edge connects to engines there."
 }
 
 variable "engine_ports" {

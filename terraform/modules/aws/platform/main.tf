@@ -52,6 +52,9 @@ module "primary" {
   edge_secrets             = local.edge_secrets
   secrets_kms_key_arn      = module.kms_primary.key_arn
   peer_cidrs               = { secondary = var.secondary.cidr_block }
+  redis_cidr               = var.primary.cidr_block
+  remote_edge_cidrs        = var.remote_network.edge_cidrs
+  remote_node_cidrs        = var.remote_network.node_cidrs
   admitted_security_groups = { control_plane = module.control_plane.services_security_group_id }
   deletion_protection      = var.deletion_protection
   tags                     = var.tags
@@ -78,6 +81,7 @@ module "secondary" {
   edge_secrets          = local.edge_secrets
   secrets_kms_key_arn   = module.kms_primary.key_arn
   peer_cidrs            = { primary = var.primary.cidr_block }
+  redis_cidr            = var.primary.cidr_block
   deletion_protection   = var.deletion_protection
   tags                  = var.tags
 }
@@ -109,8 +113,8 @@ module "control_plane" {
   image                    = var.image
   vpc_id                   = module.primary.network.vpc_id
   vpc_cidr                 = module.primary.network.cidr_block
-  peer_cidrs               = [var.secondary.cidr_block]
-  node_cidrs               = [var.primary.cidr_block, var.secondary.cidr_block]
+  peer_cidrs               = concat([var.secondary.cidr_block], var.remote_network.edge_cidrs)
+  node_cidrs               = concat([var.primary.cidr_block, var.secondary.cidr_block], var.remote_network.node_cidrs)
   private_subnet_ids       = module.primary.network.private_subnet_ids
   public_subnet_ids        = module.primary.network.public_subnet_ids
   kms_key_arn              = module.kms_primary.key_arn

@@ -33,3 +33,17 @@ output "account_id" {
   description = "AWS account of the deployment."
   value       = data.aws_caller_identity.current.account_id
 }
+
+output "primary_network" {
+  description = "VPC of the primary region (control plane): id, CIDR and private route tables (a VPN to another cloud attaches here)."
+  value = {
+    vpc_id                  = module.primary.network.vpc_id
+    cidr_block              = module.primary.network.cidr_block
+    private_route_table_ids = module.primary.network.private_route_table_ids
+  }
+}
+
+output "primary_kms_key_arn" {
+  description = "KMS key of the primary region."
+  value       = module.kms_primary.key_arn
+}

@@ -63,6 +63,15 @@ variable "external_endpoints" {
   default     = {}
 }
 
+variable "remote_network" {
+  type = object({
+    edge_cidrs = list(string)
+    node_cidrs = list(string)
+  })
+  description = "Networks of another cloud connected to the primary region over VPN (multicloud): where its edges and its GPU nodes live."
+  default     = { edge_cidrs = [], node_cidrs = [] }
+}
+
 variable "deletion_protection" {
   type        = bool
   description = "Protect the database and load balancers from deletion."

@@ -51,9 +51,10 @@ module "edge" {
   desired_count       = var.edge_count
   control_plane_url   = var.control_plane_url
   redis_port          = var.redis_port
+  redis_cidr          = var.redis_cidr
   secrets             = var.edge_secrets
   secrets_kms_key_arn = var.secrets_kms_key_arn
-  node_cidrs          = concat([var.cidr_block], values(var.peer_cidrs))
+  node_cidrs          = concat([var.cidr_block], values(var.peer_cidrs), var.remote_node_cidrs)
   kms_key_arn         = var.kms_key_arn
   log_bucket_id       = module.logs.bucket_id
   deletion_protection = var.deletion_protection
@@ -71,6 +72,6 @@ module "gpu_template" {
   kms_key_arn              = var.kms_key_arn
   artifact_bucket_arn      = module.artifacts.bucket_arn
   admitted_security_groups = merge(var.admitted_security_groups, { edge = module.edge.security_group_id })
-  admitted_cidrs           = var.peer_cidrs
+  admitted_cidrs           = merge(var.peer_cidrs, { for i, cidr in var.remote_edge_cidrs : "remote-${i}" => cidr })
   tags                     = var.tags
 }

@@ -87,6 +87,23 @@ variable "peer_cidrs" {
   default     = {}
 }
 
+variable "redis_cidr" {
+  type        = string
+  description = "CIDR of the control plane's VPC, where Redis lives."
+}
+
+variable "remote_edge_cidrs" {
+  type        = list(string)
+  description = "CIDRs of edges in another cloud, reached over VPN (multicloud); they may reach this region's GPU nodes."
+  default     = []
+}
+
+variable "remote_node_cidrs" {
+  type        = list(string)
+  description = "CIDRs of GPU nodes in another cloud, reached over VPN (multicloud); this region's edge may connect to them."
+  default     = []
+}
+
 variable "admitted_security_groups" {
   type        = map(string)
   description = "Security groups in this VPC besides the edge's that reach the GPU nodes (the control plane in its region)."

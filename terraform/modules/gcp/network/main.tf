@@ -112,3 +112,24 @@ resource "google_compute_firewall" "to_gpu_nodes" {
     metadata = "INCLUDE_ALL_METADATA"
   }
 }
+
+resource "google_compute_firewall" "peers_to_gpu_nodes" {
+  count = length(var.peer_cidrs) > 0 ? 1 : 0
+
+  project       = var.project_id
+  name          = "${var.name}-peers-to-gpu-nodes"
+  network       = google_compute_network.this.id
+  description   = "Engines and node agent: reachable from the other cloud's edges and control plane over VPN"
+  direction     = "INGRESS"
+  source_ranges = var.peer_cidrs
+  target_tags   = [local.tags.gpu]
+
+  allow {
+    protocol = "tcp"
+    ports    = ["${var.engine_ports.from}-${var.engine_ports.to}", tostring(var.agent_port)]
+  }
+
+  log_config {
+    metadata = "INCLUDE_ALL_METADATA"
+  }
+}

@@ -21,6 +21,12 @@ variable "private_services_cidr" {
   description = "Range reserved for private services access (Cloud SQL, Memorystore), e.g. 10.200.0.0/16."
 }
 
+variable "peer_cidrs" {
+  type        = list(string)
+  description = "CIDRs of another cloud's edges and control plane, connected over VPN (multicloud), that may reach GPU nodes."
+  default     = []
+}
+
 variable "engine_ports" {
   type = object({
     from = number

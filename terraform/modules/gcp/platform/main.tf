@@ -45,6 +45,7 @@ module "network" {
   name                  = var.name
   regions               = { for r, cfg in var.regions : r => { nodes_cidr = cfg.nodes_cidr, services_cidr = cfg.services_cidr } }
   private_services_cidr = var.private_services_cidr
+  peer_cidrs            = var.peer_cidrs
 }
 
 module "artifacts" {

@@ -49,3 +49,8 @@ output "catalog_regions" {
     }
   }
 }
+
+output "network_id" {
+  description = "Id of the VPC network (a VPN to another cloud attaches here)."
+  value       = module.network.network_id
+}

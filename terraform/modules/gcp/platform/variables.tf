@@ -92,6 +92,12 @@ variable "external_edge_secrets" {
   sensitive   = true
 }
 
+variable "peer_cidrs" {
+  type        = list(string)
+  description = "CIDRs of another cloud connected over VPN (multicloud) whose edges and control plane may reach GCP GPU nodes."
+  default     = []
+}
+
 variable "deletion_protection" {
   type        = bool
   description = "Protect databases and services from deletion."

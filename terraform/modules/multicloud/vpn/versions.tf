@@ -1,0 +1,14 @@
+terraform {
+  required_version = ">= 1.6"
+
+  required_providers {
+    aws = {
+      source  = "hashicorp/aws"
+      version = "~> 5.100"
+    }
+    google = {
+      source  = "hashicorp/google"
+      version = "~> 6.41"
+    }
+  }
+}
