@@ -26,8 +26,8 @@ def health(url: str, timeout: float = 2.0) -> int:
 
 
 def test_health_is_503_until_the_modelled_model_ready_time(start_sim):
-    # Llama-3.1-70B on 4xH100: download + load + warm-up is ~150 s; at 100x that is ~1.5 s.
-    sim = start_sim("--model-profile", "llama-3.1-70b", "--tp-size", "4", "--time-scale", "100",
+    # Llama-3.1-70B on 4xH100: download + load + warm-up is ~150 s; at 60x that is ~2.5 s.
+    sim = start_sim("--model-profile", "llama-3.1-70b", "--tp-size", "4", "--time-scale", "60",
                     ready_delay=None, wait=False)
     wait_for(lambda: _reachable(sim.url))
     assert health(sim.url) == 503
@@ -47,7 +47,8 @@ def _reachable(url: str) -> bool:
 
 def test_drain_finishes_in_flight_and_refuses_new(start_sim):
     sim = start_sim("--time-scale", "5")
-    body = {"text": "drain me", "stream": True, "sampling_params": {"max_new_tokens": 60, "ignore_eos": True}}
+    # ~0.6 s of stream: long enough to drain in the middle of it even on a busy machine.
+    body = {"text": "drain me", "stream": True, "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
     with httpx.Client(base_url=sim.url, timeout=30) as c, c.stream("POST", "/generate", json=body) as stream:
         lines = stream.iter_lines()
         next(line for line in lines if line.startswith("data: "))
@@ -57,7 +58,7 @@ def test_drain_finishes_in_flight_and_refuses_new(start_sim):
         assert c.post("/generate", json={"text": "new"}).status_code == 503
         rest = [line for line in lines if line.startswith("data: ")]
         assert rest[-1] == "data: [DONE]"
-        assert '"length":60' in rest[-2]
+        assert '"length":400' in rest[-2]
 
 
 def test_fault_endpoint_health_fail_and_clear(shared_sim):
