@@ -20,6 +20,11 @@ Value = float | None
 Formatter = Callable[[float], str]
 
 
+def number(v: float) -> str:
+    """Whole numbers as such; small fractions (an axis midpoint of 0.5) keep one decimal."""
+    return f"{v:,.0f}" if v >= 10 or v == int(v) else f"{v:,.1f}"
+
+
 def nice_ceiling(value: float) -> float:
     """The smallest 1/2/5×10^k at or above value, so the axis reads in round numbers."""
     if value <= 0:
@@ -60,7 +65,7 @@ def _frame(chart_id: str, title: str, summary: str, y_max: float, fmt: Formatter
 
 
 def bar_chart(chart_id: str, title: str, times: Sequence[dt.datetime], values: Sequence[Value],
-              step: dt.timedelta, fmt: Formatter = lambda v: f"{v:,.0f}") -> Markup:
+              step: dt.timedelta, fmt: Formatter = number) -> Markup:
     present = [v for v in values if v]
     y_max = nice_ceiling(max(present, default=0.0))
     slot = PLOT_W / max(len(values), 1)
@@ -79,7 +84,7 @@ def bar_chart(chart_id: str, title: str, times: Sequence[dt.datetime], values: S
 
 
 def line_chart(chart_id: str, title: str, times: Sequence[dt.datetime], series: Sequence[tuple[str, Sequence[Value]]],
-               step: dt.timedelta, fmt: Formatter = lambda v: f"{v:,.0f}", y_max: float | None = None) -> Markup:
+               step: dt.timedelta, fmt: Formatter = number, y_max: float | None = None) -> Markup:
     present = [v for _, vs in series for v in vs if v is not None]
     top = y_max if y_max is not None else nice_ceiling(max(present, default=0.0))
     n = max(len(times), 1)

@@ -99,14 +99,18 @@ class TenantConsoleController(Controller):
         points = metrics.timeline(report, start, end, step)
         times = [p.start for p in points]
         chart_list = [
-            charts.bar_chart("chart-requests", "Requests", times, [p.requests for p in points], step),
-            charts.bar_chart("chart-tokens", "Tokens (prompt + completion)", times, [p.tokens for p in points], step),
-            charts.line_chart("chart-ttft", "Time to first token (p50, p95)", times,
-                              [("p50", [p.ttft_p50 for p in points]), ("p95", [p.ttft_p95 for p in points])],
-                              step, fmt=_ms),
-            charts.line_chart("chart-cache", "Prompt cache hit rate", times,
-                              [("hit rate", [p.cache_hit_rate for p in points])], step, fmt=_pct, y_max=1.0),
-            charts.bar_chart("chart-errors", "Errors", times, [p.errors for p in points], step),
+            {"title": title, "svg": svg} for title, svg in (
+                ("Requests", charts.bar_chart("chart-requests", "Requests", times, [p.requests for p in points], step)),
+                ("Tokens", charts.bar_chart("chart-tokens", "Tokens (prompt + completion)", times,
+                                            [p.tokens for p in points], step)),
+                ("Time to first token: p50 (blue), p95 (red)", charts.line_chart(
+                    "chart-ttft", "Time to first token (p50, p95)", times,
+                    [("p50", [p.ttft_p50 for p in points]), ("p95", [p.ttft_p95 for p in points])], step, fmt=_ms)),
+                ("Prompt cache hit rate", charts.line_chart(
+                    "chart-cache", "Prompt cache hit rate", times, [("hit rate", [p.cache_hit_rate for p in points])],
+                    step, fmt=_pct, y_max=1.0)),
+                ("Errors", charts.bar_chart("chart-errors", "Errors", times, [p.errors for p in points], step)),
+            )
         ]
         total = report.total
         summary = {

@@ -11,8 +11,13 @@ from litestar.testing import AsyncTestClient
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
-from tests.controlplane.conftest import ADMIN_TOKEN, admin, settings  # noqa: F401  (shared fixtures)
+from tests.controlplane import conftest as controlplane_fixtures
+from tests.controlplane.conftest import ADMIN_TOKEN
 from tests.controlplane.factories import create_key, create_tenant
+
+# The control-plane tests' own fixtures, reused as they are (fresh database per test, admin headers).
+settings = controlplane_fixtures.settings
+admin = controlplane_fixtures.admin
 
 PASSWORD = "correct horse battery staple"
 _CSRF_FIELD = re.compile(r'name="_csrf" value="([^"]+)"')

@@ -98,7 +98,7 @@ async def test_playground_key_is_minted_never_shown_and_revoked_at_logout(web, a
     assert out.status_code == 303 and out.headers["location"] == "/console/login"
     assert "max-age=0" in _set_cookie(out, "nimbus_console").lower()
     after = (await api.get(f"/admin/v1/tenants/{tenant['id']}/keys?include_revoked=true", headers=admin)).json()
-    revoked = [k for k in after["items"] if k["id"] == session_keys[0]["id"]][0]
+    revoked = next(k for k in after["items"] if k["id"] == session_keys[0]["id"])
     assert revoked["revoked_at"] is not None
     # the old cookie value is dead even if a browser kept it
     assert (await web.get("/console/keys", follow_redirects=False)).status_code == 303
@@ -130,7 +130,7 @@ async def test_revoking_the_sign_in_key_ends_the_session(web, api, admin):
 
 async def test_tenant_cannot_reach_another_tenants_things(web, api, admin):
     await import_catalog(api, admin)
-    a, _, a_secret = await tenant_with_key(api, admin)
+    _, _, a_secret = await tenant_with_key(api, admin)
     b, b_key, _ = await tenant_with_key(api, admin)
     private = await create_model(api, admin, tiers=("bf16",))
     await create_pool(api, admin, private["variants"][0]["id"], dedicated_tenant_id=b["id"])

@@ -1,0 +1,245 @@
+"""The console in a real chromium (Debian's, driven by Playwright) against the real stack:
+control plane on Postgres under uvicorn, the edge proxy, and a simulator replica.
+
+Screenshots of every page land in tests/_artifacts/console/ (laptop and phone viewports)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from controlplane.models import ApiKey
+from tests.conftest import truncate_all
+from tests.console.conftest import PASSWORD
+from tests.console.stack import Stack, running_stack
+from tests.controlplane.conftest import ADMIN_TOKEN
+
+# Fixtures run on the session loop (pyproject), so the tests must share it with the browser they use.
+pytestmark = [pytest.mark.browser, pytest.mark.asyncio(loop_scope="session")]
+
+CHROMIUM = os.environ.get("NIMBUS_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "_artifacts" / "console"
+LAPTOP = {"viewport": {"width": 1366, "height": 850}}
+PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 2, "is_mobile": True, "has_touch": True}
+SECRET = re.compile(r"nmb_[a-z0-9]{8}_[A-Za-z0-9_-]{20,}")
+
+
+@pytest.fixture(scope="module")
+def stack(pg_database: str, tmp_path_factory) -> Iterator[Stack]:
+    with running_stack(pg_database, tmp_path_factory.mktemp("console-stack")) as s:
+        yield s
+    truncate_all(pg_database)
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    if not os.path.exists(CHROMIUM):  # noqa: ASYNC240  (one stat before any await)
+        pytest.fail(f"chromium not found at {CHROMIUM}: install Debian's package (apt-get install -y chromium); "
+                    "CI's .ci/run does this. Never `playwright install`.")
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+async def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+async def sign_in(page: Page, stack: Stack) -> None:
+    await page.goto(stack.cp_url + "/console/login")
+    await page.get_by_label("Email", exact=True).fill(stack.data["alice"]["email"])
+    await page.get_by_label("Password", exact=True).fill(PASSWORD)
+    await page.get_by_role("button", name="Sign in", exact=True).click()
+    await expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
+
+
+async def unlabeled_controls(page: Page) -> list[str]:
+    return await page.evaluate("""() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]
+        .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')).map(e => e.outerHTML)""")
+
+
+async def test_tenant_journey(stack: Stack, browser: Browser) -> None:
+    context = await browser.new_context(**LAPTOP)
+    page = await context.new_page()
+    await sign_in(page, stack)
+    await shot(page, "laptop-dashboard-empty")
+
+    # --- keys: create, see the secret once, revoke
+    await page.get_by_role("link", name="API keys").click()
+    await page.get_by_label("Name").fill("ci-deploy")
+    await page.get_by_role("button", name="Create key").click()
+    secret = await page.get_by_label("Secret").input_value()
+    assert SECRET.fullmatch(secret), secret
+    await expect(page.get_by_text("shown this once")).to_be_visible()
+    await shot(page, "laptop-keys-created")
+    prefix = secret[:12]
+    await page.goto(stack.cp_url + "/console/keys")
+    html = await page.content()
+    assert secret not in html and not SECRET.search(html), "a secret is still in the page after its first display"
+    row = page.locator(f'tr[data-prefix="{prefix}"]')
+    await expect(row.locator(".status")).to_have_text("active")
+    page.once("dialog", lambda d: d.accept())
+    await row.get_by_role("button", name=f"Revoke key {prefix}").click()
+    await expect(page.get_by_role("status")).to_contain_text(f"Key {prefix} was revoked")
+    await expect(page.locator(f'tr[data-prefix="{prefix}"] .status')).to_have_text("revoked")
+    await shot(page, "laptop-keys-revoked")
+
+    # --- playground: tokens stream in through the edge
+    await page.get_by_role("link", name="Playground").click()
+    await page.get_by_label("Message").fill("Tell me about inference clouds.")
+    await page.get_by_label("Max tokens").fill("48")
+    await page.evaluate("""() => {
+        window.__lengths = [];
+        const out = document.getElementById('pg-output');
+        new MutationObserver(() => window.__lengths.push(out.textContent.length))
+            .observe(out, {childList: true, characterData: true, subtree: true});
+    }""")
+    await page.get_by_role("button", name="Send").click()
+    await expect(page.locator("#pg-status")).to_contain_text("48 completion tokens", timeout=30_000)
+    lengths = await page.evaluate("window.__lengths")
+    growing = sorted(set(n for n in lengths if n > 0))
+    assert len(growing) >= 5, f"the answer arrived in too few steps to be streamed: {lengths}"
+    assert (await page.locator("#pg-output").text_content()).strip()
+    await shot(page, "laptop-playground")
+
+    # --- usage reaches the dashboard chart (edge -> usage stream -> minute buckets)
+    assert stack.ingest_usage(min_events=1) >= 1
+    await page.goto(stack.cp_url + "/console/dashboard?range=1h")
+    requests_chart = page.locator("#chart-requests")
+    assert int(await requests_chart.get_attribute("data-points")) >= 1
+    assert await requests_chart.locator("rect.bar").count() >= 1
+    assert await page.locator("#chart-ttft circle.dot").count() >= 1
+    assert int((await page.locator("#stat-requests").text_content()).replace(",", "")) >= 1
+    await shot(page, "laptop-dashboard-with-usage")
+
+    for path, name in (("/console/models", "models"), ("/console/latency?range=1h", "latency"),
+                       ("/console/usage?range=1h&granularity=minute", "usage")):
+        await page.goto(stack.cp_url + path)
+        assert await unlabeled_controls(page) == [], path
+        await shot(page, f"laptop-{name}")
+    await expect(page.locator("#usage tbody tr").first).to_contain_text(stack.data["model"]["name"])
+    async with page.expect_download() as download_info:
+        await page.get_by_role("link", name="Download CSV").click()
+    csv_path = await (await download_info.value).path()
+    csv_text = await asyncio.to_thread(Path(csv_path).read_text)
+    assert csv_text.startswith("bucket_start,model,tier,requests") and stack.data["model"]["name"] in csv_text
+    await page.goto(stack.cp_url + f"/console/models/{stack.data['model']['name']}")
+    await expect(page.locator("table.breakdown")).to_contain_text("41.5 s")  # cold start from the replica
+    await shot(page, "laptop-model-detail")
+
+    # --- tenant A cannot open tenant B's pages
+    private = stack.data["private_model"]["name"]
+    response = await page.goto(stack.cp_url + f"/console/models/{private}")
+    assert response.status == 404
+    await shot(page, "laptop-other-tenant-404")
+    await page.goto(stack.cp_url + "/console/keys")
+    assert stack.data["bob_secret"][:12] not in await page.content()
+
+    # --- sign out: the session's playground key is revoked with it
+    await page.get_by_role("button", name="Sign out").click()
+    await expect(page.get_by_role("heading", name="Sign in to Nimbus")).to_be_visible()
+    engine = create_engine(stack.db_url)
+    with Session(engine) as s:
+        session_keys = s.scalars(select(ApiKey).where(ApiKey.name == "console-session",
+                                                      ApiKey.tenant_id == stack.data["alice"]["id"])).all()
+    engine.dispose()
+    assert session_keys and all(k.revoked_at is not None for k in session_keys)
+    await context.close()
+
+
+async def test_phone_layout_keyboard_and_contrast(stack: Stack, browser: Browser) -> None:
+    context = await browser.new_context(**PHONE)
+    page = await context.new_page()
+    await page.goto(stack.cp_url + "/console/login")
+    # keyboard: the first Tab lands on the skip link, which moves focus to the main content
+    await page.keyboard.press("Tab")
+    assert await page.evaluate("document.activeElement.className") == "skip"
+    await page.keyboard.press("Enter")
+    assert await page.evaluate("document.activeElement.id") == "main"
+    order = []
+    for _ in range(3):
+        await page.keyboard.press("Tab")
+        order.append(await page.evaluate("document.activeElement.id || document.activeElement.textContent.trim()"))
+    assert order == ["api_key", "Sign in with key", "email"], order
+    assert await unlabeled_controls(page) == []
+    await shot(page, "phone-login")
+
+    await sign_in(page, stack)
+    for path, name in (("/console/dashboard?range=1h", "dashboard"), ("/console/keys", "keys"),
+                       ("/console/playground", "playground"), ("/console/usage", "usage")):
+        await page.goto(stack.cp_url + path)
+        # a phone browser zooms out to fit overflowing content, so compare with the device width itself
+        overflow = await page.evaluate("document.documentElement.scrollWidth") - PHONE["viewport"]["width"]
+        assert overflow <= 0, f"{path} scrolls sideways on a phone by {overflow}px"
+        assert await unlabeled_controls(page) == [], path
+        await shot(page, f"phone-{name}")
+
+    # contrast of text against its background, WCAG AA (4.5:1 for body-size text)
+    ratios = await page.evaluate("""() => {
+        const rgb = s => s.match(/[\\d.]+/g).slice(0, 4).map(Number);
+        const lum = ([r, g, b]) => { const f = c => (c /= 255) <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+                                      return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+        const bg = el => { for (; el; el = el.parentElement) { const c = rgb(getComputedStyle(el).backgroundColor);
+                             if (c.length < 4 || c[3] > 0) return c; } return [255, 255, 255]; };
+        const out = {};
+        for (const sel of ['body', 'h1', '.hint', '.top nav a', 'button', 'th', 'td', 'label', 'a']) {
+            const el = document.querySelector(sel); if (!el) continue;
+            const a = lum(rgb(getComputedStyle(el).color)), b = lum(bg(el));
+            out[sel] = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+        }
+        return out;
+    }""")
+    low = {k: round(v, 2) for k, v in ratios.items() if v < 4.5}
+    assert ratios and not low, f"contrast below 4.5:1: {low}"
+    await context.close()
+
+
+async def test_operator_views(stack: Stack, browser: Browser) -> None:
+    context = await browser.new_context(**LAPTOP)
+    page = await context.new_page()
+    await page.goto(stack.cp_url + "/console/admin")
+    await expect(page.get_by_role("heading", name="Operator sign-in")).to_be_visible()
+    await page.get_by_label("Admin token").fill(ADMIN_TOKEN)
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.locator("#tenants")).to_contain_text("Alice Labs")
+    await expect(page.locator("#tenants")).to_contain_text("600")  # Alice's requests/min quota
+    await shot(page, "operator-tenants")
+
+    await page.get_by_role("link", name="Pools", exact=True).click()
+    pool_row = page.locator("#pools tr", has_text=stack.data["pool"]["name"])
+    await expect(pool_row).to_contain_text("1 ready")
+    await expect(pool_row).to_contain_text("25%")  # KV use reported by the replica
+    await expect(page.locator("table.decisions")).to_contain_text("queue delay p90 1.8 s")
+    await shot(page, "operator-pools")
+
+    await pool_row.get_by_role("link", name=stack.data["pool"]["name"]).click()
+    await expect(page.locator("#replicas")).to_contain_text("41.5 s")
+    await expect(page.locator("table.operations")).to_contain_text("InsufficientInstanceCapacity")
+    await shot(page, "operator-pool-detail")
+
+    await page.get_by_role("link", name="Nodes").click()
+    await expect(page.locator("#nodes")).to_contain_text("us-east-1a")
+    await shot(page, "operator-nodes")
+    await page.get_by_role("link", name="Operations").click()
+    await expect(page.locator("table.operations")).to_contain_text("blocked zone")
+    await shot(page, "operator-operations")
+    assert ADMIN_TOKEN not in await page.content()
+    cookies = await context.cookies()
+    assert all(ADMIN_TOKEN not in c["value"] for c in cookies)
+    assert {c["name"]: (c["httpOnly"], c["secure"], c["sameSite"]) for c in cookies}["nimbus_operator"] == (
+        True, True, "Strict")
+    await context.close()
