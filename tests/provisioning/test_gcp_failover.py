@@ -3,8 +3,8 @@ capacity/quota failover, the shared blocklist, capacity-unavailable with recover
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
-import time
 
 from sqlalchemy import select
 
@@ -106,7 +106,7 @@ async def test_everything_blocked_reports_capacity_unavailable_and_recovers(clie
     # While every zone is blocked nothing is retried against the cloud.
     assert run_due(settings, Clouds(gcp=gcp)) == []
     assert nodes(settings, pool["id"], NodeState.provisioning)
-    time.sleep(2.2)  # the blocks expire; the operation's next attempt is due exactly then
+    await asyncio.sleep(2.2)  # the blocks expire; the operation's next attempt is due exactly then
     assert run_due(settings, Clouds(gcp=gcp)) == ["launched"]
     assert pool_row(settings, pool["id"]).capacity_status is None
     [node] = nodes(settings, pool["id"], NodeState.booting)
