@@ -261,8 +261,16 @@ class NodeAgent:
             sup = Supervisor(replica, self.http, self._on_replica_change, sup_options, self.fetched.download_s)
             self.replicas.append(replica)
             self.supervisors.append(sup)
-            self._tasks.append(asyncio.create_task(sup.run()))
+            self._tasks.append(asyncio.create_task(self._supervise(sup)))
         await self._report_replicas()
+
+    async def _supervise(self, sup: Supervisor) -> None:
+        try:
+            await sup.run()
+        except Exception:
+            log.exception("supervisor failed", extra={"slot": sup.replica.slot})
+            sup.replica.state = "failed"
+            await self._report_replicas()
 
     async def _on_replica_change(self, replica: Replica, event: str) -> None:
         if event == "ready":

@@ -36,8 +36,10 @@ def restart_delay(consecutive_failures: int, base_s: float = 1.0, cap_s: float =
     return min(cap_s, base_s * 2 ** (consecutive_failures - 1))
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """If the agent dies (even by SIGKILL) its engines go too: nothing may keep a GPU busy unmanaged."""
+def _engine_preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Own process group (SGLang forks schedulers: stopping an engine signals the whole group), and
+    if the agent dies, even by SIGKILL, its engines go too: nothing may hold a GPU unmanaged."""
+    os.setpgid(0, 0)
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
@@ -199,7 +201,7 @@ class Supervisor:
             self._log_file = open(r.log_path, "ab")  # noqa: ASYNC230 - once per replica, kept open across restarts
         r.proc = await asyncio.create_subprocess_exec(
             *r.argv, env={**os.environ, **r.env}, stdin=asyncio.subprocess.DEVNULL, stdout=self._log_file,
-            stderr=asyncio.subprocess.STDOUT, process_group=0, preexec_fn=_die_with_parent,
+            stderr=asyncio.subprocess.STDOUT, preexec_fn=_engine_preexec,
         )
         log.info("engine started", extra={"replica": r.id, "slot": r.slot, "pid": r.proc.pid, "port": r.port,
                                            "gpus": r.gpu_ids, "argv": r.argv})
