@@ -28,6 +28,8 @@ test: setup  ## run the whole test suite (needs Postgres, Redis, RabbitMQ on loc
 
 bench: $(STAMP)  ## reproducible benchmarks; each prints its own table
 	$(BIN)/python -m bench.controlplane.api_latency
+	$(BIN)/python -m bench.sim.calibration
+	$(BIN)/python -m bench.sim.efficiency
 
 lint: $(STAMP)
 	$(BIN)/ruff check controlplane infra dataplane migrations tests bench
