@@ -49,6 +49,13 @@ module "aws" {
       ip_address     = module.gcp.load_balancer_ip
     }
   }
+  # The control plane calls Compute Engine as the GCP provisioner service account,
+  # exchanging its AWS role credentials through workload identity federation.
+  control_plane_environment = {
+    NIMBUS_GCP_PROJECT                    = var.gcp_project_id
+    NIMBUS_GCP_WORKLOAD_IDENTITY_PROVIDER = module.gcp.workload_identity_provider
+    NIMBUS_GCP_SERVICE_ACCOUNT            = module.gcp.provisioner_service_account
+  }
   deletion_protection = var.deletion_protection
 }
 

@@ -125,6 +125,7 @@ module "control_plane" {
   worker_count             = var.control_plane.worker_count
   db_instance_class        = var.control_plane.db_instance_class
   redis_node_type          = var.control_plane.redis_node_type
+  environment              = var.control_plane_environment
   gpu_launch_template_arns = [for r in local.regions : r.gpu.launch_template_arn]
   gpu_instance_role_arns   = [for r in local.regions : r.gpu.node_role_arn]
   gpu_vpc_arns             = [for r in local.regions : r.network.vpc_arn]

@@ -53,6 +53,12 @@ variable "control_plane" {
   default     = {}
 }
 
+variable "control_plane_environment" {
+  type        = map(string)
+  description = "Extra plain environment variables for the control plane services, e.g. how to reach another cloud (never secrets)."
+  default     = {}
+}
+
 variable "external_endpoints" {
   type = map(object({
     latency_region = string
