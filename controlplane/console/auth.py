@@ -14,7 +14,7 @@ from controlplane.models import Tenant, TenantStatus
 from controlplane.services.errors import ServiceError
 from controlplane.services.keys import KeyVerifier
 from controlplane.services.principal import Principal
-from controlplane.services.secrets import hash_password, verify_password
+from controlplane.services.secrets import hash_password, sha256_hex, verify_password
 
 # Compared against when the email is unknown, so a miss costs the same scrypt time as a hit.
 _DUMMY_HASH = hash_password("not-a-real-password")
@@ -55,6 +55,11 @@ def admin_token_ok(settings: Settings, presented: str) -> bool:
     return bool(expected) and hmac.compare_digest(presented.strip().encode(), expected.encode())
 
 
+def admin_token_fingerprint(settings: Settings) -> str:
+    """Stored with an operator session so that rotating (or clearing) the admin token ends it."""
+    return sha256_hex("nimbus-operator-session\0" + settings.admin_token.get_secret_value())[:32]
+
+
 async def provide_tenant_session(request: Request, db: AsyncSession) -> sessions.Live:
     live = await sessions.load(db, request.cookies.get(sessions.TENANT_COOKIE), "tenant")
     if live is None:
@@ -64,7 +69,10 @@ async def provide_tenant_session(request: Request, db: AsyncSession) -> sessions
 
 async def provide_operator_session(request: Request, db: AsyncSession) -> sessions.Live:
     live = await sessions.load(db, request.cookies.get(sessions.OPERATOR_COOKIE), "operator")
-    if live is None:
+    settings = request.app.state.settings
+    if live is None or not settings.admin_token.get_secret_value() or not hmac.compare_digest(
+        live.row.signin_label, admin_token_fingerprint(settings)
+    ):
         raise SignInRequired("/console/admin/login")
     return live
 

@@ -30,7 +30,7 @@ class OperatorAuthController(Controller):
         form = await auth.checked_login_form(request)
         if not auth.admin_token_ok(settings, form.get("token", "")):
             return login_page("operator/login.html", status_code=401, error="That admin token did not work.")
-        live = await sessions.start(db, kind="operator")
+        live = await sessions.start(db, kind="operator", signin_label=auth.admin_token_fingerprint(settings))
         return redirect("/console/admin", cookies=[
             sessions.cookie(sessions.OPERATOR_COOKIE, live.token, int(sessions.SESSION_TTL.total_seconds())),
             sessions.expired_cookie(sessions.LOGIN_CSRF_COOKIE),

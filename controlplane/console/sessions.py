@@ -115,6 +115,12 @@ async def end(db: AsyncSession, live: Live) -> None:
     await db.execute(delete(ConsoleSession).where(ConsoleSession.id == live.row.id))
 
 
+async def sweep_expired(db: AsyncSession) -> int:
+    """Deletes expired sessions (their playground keys have expired on their own by then)."""
+    result = await db.execute(delete(ConsoleSession).where(ConsoleSession.expires_at <= utcnow()))
+    return result.rowcount or 0
+
+
 def csrf_ok(live: Live, presented: str | None) -> bool:
     return bool(presented) and hmac.compare_digest(presented.encode(), live.row.csrf_token.encode())
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import uuid
 
+from pydantic import SecretStr
+
 from controlplane.console.sessions import PLAYGROUND_KEY_NAME
 from tests.console.conftest import (
     PASSWORD,
@@ -169,3 +171,11 @@ async def test_operator_views_need_their_own_session(web, api, admin):
         page = await web.get(path)
         assert page.status_code == 200, path
         assert ADMIN_TOKEN not in page.text
+
+
+async def test_rotating_the_admin_token_ends_operator_sessions(web, settings, admin):
+    await sign_in_operator(web)
+    assert (await web.get("/console/admin/nodes", follow_redirects=False)).status_code == 200
+    settings.admin_token = SecretStr("a-brand-new-admin-token-42")  # the app holds this same object
+    r = await web.get("/console/admin/nodes", follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/console/admin/login"
