@@ -70,7 +70,8 @@ def test_aws_new_instances_and_volumes_must_carry_the_ownership_tags_and_come_fr
     assert conditions[("StringEquals", "aws:RequestTag/managed-by")] == ["nimbus"]
     assert conditions[("StringEquals", "aws:RequestTag/nimbus-cluster")] == ["${var.cluster_name}"]
     assert conditions[("Null", "aws:RequestTag/nimbus-node-id")] == ["false"]
-    assert conditions[("Null", "aws:RequestTag/nimbus-pool-id")] == ["false"]
+    # infra/provider.py tags nimbus-pool-id only when the node belongs to a pool.
+    assert ("Null", "aws:RequestTag/nimbus-pool-id") not in conditions
     assert conditions[("ArnLike", "ec2:LaunchTemplate")] == "${var.gpu_launch_template_arns}"
 
 

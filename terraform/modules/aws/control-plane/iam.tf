@@ -72,8 +72,9 @@ data "aws_iam_policy_document" "provision" {
     resources = var.gpu_launch_template_arns
   }
 
-  # New instances and volumes must carry the ownership tags the provider sets, and
-  # must come from one of the Nimbus templates.
+  # New instances and volumes must carry the ownership tags the provider sets and
+  # come from one of the Nimbus templates. nimbus-pool-id is not required: the
+  # provider sets it only for nodes that belong to a pool.
   statement {
     sid     = "LaunchTaggedNodes"
     actions = ["ec2:RunInstances"]
@@ -94,11 +95,6 @@ data "aws_iam_policy_document" "provision" {
     condition {
       test     = "Null"
       variable = "aws:RequestTag/nimbus-node-id"
-      values   = ["false"]
-    }
-    condition {
-      test     = "Null"
-      variable = "aws:RequestTag/nimbus-pool-id"
       values   = ["false"]
     }
     condition {

@@ -42,7 +42,7 @@ variable "node_cidrs" {
 variable "agent_port" {
   type        = number
   description = "Port of the node agent on GPU nodes."
-  default     = 8200
+  default     = 8479
 }
 
 variable "private_subnet_ids" {

@@ -117,7 +117,7 @@ variable "engine_ports" {
 variable "agent_port" {
   type        = number
   description = "Port of the node agent on GPU nodes."
-  default     = 8200
+  default     = 8479
 }
 
 variable "kms_key_arn" {

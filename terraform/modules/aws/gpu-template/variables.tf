@@ -52,7 +52,7 @@ variable "engine_ports" {
 variable "agent_port" {
   type        = number
   description = "Port of the node agent (drain and status); only the control plane and edges reach it."
-  default     = 8200
+  default     = 8479
 }
 
 variable "admitted_security_groups" {
