@@ -79,12 +79,18 @@ def measure_demand(obs: PoolObservation, capacity_tok_s: float | None, scale: fl
         rate_units = token_rate / (capacity_tok_s * scale)
         load = token_rate / capacity_tok_s / len(ready) if ready else None
     p95s = [r.ttft_p95_s for r in ready if r.ttft_p95_s is not None]
+    queue_total = sum(r.num_queue_reqs for r in ready)
+    # While a backlog is being worked off every replica's batch and KV pool are full whatever
+    # the arrival rate, so engine gauges would ask for ready/target replicas, then more, in a
+    # loop. With a rate signal the backlog only triggers panic; the rate sizes the step.
+    engine_units = 0.0
+    if rate_units is None or queue_total == 0:
+        engine_units = sum(replica_utilization(r, rate_units is None) for r in ready)
     return Demand(
-        engine_units=sum(replica_utilization(r, rate_units is None) for r in ready)
-        / config.engine_target_utilization,
+        engine_units=engine_units / config.engine_target_utilization,
         rate_units=rate_units,
         load_per_replica=load,
-        queue_total=sum(r.num_queue_reqs for r in ready),
+        queue_total=queue_total,
         ready=len(ready),
         token_rate=token_rate,
         ttft_p95_s=max(p95s) if p95s else None,
@@ -229,9 +235,12 @@ def apply_hysteresis(need: float, current: int, need_samples: Sequence[tuple[flo
     if in_panic:
         return current, "panic: no scale-down"
     held = max([v for t, v in need_samples if t > now - config.scale_down_hold_s] + [need])
-    keep = replicas_for(held * (1 + config.scale_down_headroom))
-    if keep >= current:
+    if replicas_for(held * (1 + config.scale_down_headroom)) >= current:
         return current, f"hold: peak need over {config.scale_down_hold_s:.0f}s is {held:.2f}"
+    # The decline has lasted the whole hold window: go to today's level in one step rather
+    # than following the window's maximum down as it slides (one event, not five).
+    recent = max([v for t, v in need_samples if t > now - config.stable_window_s] + [need])
+    keep = replicas_for(recent * (1 + config.scale_down_headroom))
     seen_since = need_samples[0][0] if need_samples else now
     if now - seen_since < config.scale_down_hold_s - config.decision_interval_s:
         # Too little memory (first ticks, or state lost): a quiet minute is no reason to shrink.
@@ -240,7 +249,8 @@ def apply_hysteresis(need: float, current: int, need_samples: Sequence[tuple[flo
         return current, "hold: cooling down after scale-up"
     if current - keep < max(1, math.ceil(config.scale_down_min_fraction * current)):
         return current, f"hold: surplus {current - keep} below the minimum scale-down step"
-    return keep, f"scale down: peak need over {config.scale_down_hold_s:.0f}s is {held:.2f}, target {current}"
+    return keep, (f"scale down: peak need {held:.2f} over {config.scale_down_hold_s:.0f}s, "
+                  f"{recent:.2f} over {config.stable_window_s:.0f}s, target {current}")
 
 
 def is_idle(spec: PoolSpec, obs: PoolObservation) -> bool:
