@@ -219,9 +219,7 @@ class NodeAgent:
 
     # -- 2 + 3. artifacts and engines ------------------------------------------------------
     def _engine_kind(self) -> str:
-        if self.engine == "auto":
-            return "sglang" if self.gpus else "sim"
-        return self.engine
+        return template.choose_engine(self.options.engine or self.engine, self.gpus)
 
     def _cache_dir(self, wanted: str, fallback: str) -> Path:
         path = Path(wanted)
@@ -251,6 +249,8 @@ class NodeAgent:
             model_path=self.fetched.path, served_model_name=a.served_model_name, tp_size=a.gpus_per_replica,
             quantization=a.quantization, context_length=a.context_length, engine_args=a.engine_args or {},
             extra_args=tuple(self.config.engine_args) + (o.sim_args if engine == "sim" else ()))
+        log.info("starting engines", extra={"engine": engine, "requested": self.options.engine or self.engine,
+                                            "replicas": len(blocks), "gpus": blocks})
         sup_options = SupervisorOptions(ready_timeout_s=o.ready_timeout_s, backoff_base_s=o.backoff_base_s,
                                         backoff_cap_s=o.backoff_cap_s)
         for slot, gpu_ids in enumerate(blocks):

@@ -52,7 +52,7 @@ def _complete(directory: Path) -> bool:
 
 
 def _size(directory: Path) -> int:
-    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file() and p.name != COMPLETE_MARKER)
 
 
 @contextmanager

@@ -31,6 +31,7 @@ class AgentOptions:
     backoff_cap_s: float = 60.0
     shared_cache_dir: Path | None = None  # the region's shared artifact cache (EFS/Filestore mount)
     sim_args: tuple[str, ...] = ()  # extra flags for the simulator only (e.g. --time-scale 10)
+    engine: str | None = None  # overrides the config's engine: sglang | sim | auto
     log_level: str = "info"
     python: str = field(default_factory=lambda: os.environ.get("NIMBUS_AGENT_PYTHON") or _python())
 
@@ -66,7 +67,7 @@ def _coerce(name: str, raw: str):
         return tuple(shlex.split(raw))
     if name in ("port", "engine_port_base"):
         return int(raw)
-    if name in ("host", "advertise_host", "log_level"):
+    if name in ("host", "advertise_host", "log_level", "engine"):
         return raw
     return float(raw)
 

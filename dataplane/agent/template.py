@@ -50,6 +50,30 @@ def args_to_flags(args: Mapping[str, Any]) -> list[str]:
     return out
 
 
+# Flags the template sets from the control plane's assignment; copies in a node config lose.
+OWNED_FLAGS = frozenset({"--model-path", "--model", "--served-model-name", "--host", "--port", "--tp-size", "--tp",
+                         "--quantization", "--context-length", "--enable-metrics"})
+
+
+def group_flags(raw: Sequence[str]) -> list[list[str]]:
+    """``["--a", "1", "--b", "--c=2"]`` → ``[["--a", "1"], ["--b"], ["--c=2"]]``."""
+    groups: list[list[str]] = []
+    for token in raw:
+        if token.startswith("--") or not groups:
+            groups.append([token])
+        else:
+            groups[-1].append(token)
+    return groups
+
+
+def extra_flags(raw: Sequence[str], engine_args: Mapping[str, Any]) -> tuple[str, ...]:
+    """Node-config flags minus those the template or the variant's ``engine_args`` already set, so
+    the command line carries each flag once and the assignment wins."""
+    taken = OWNED_FLAGS | {flag(name) for name in engine_args}
+    kept = [g for g in group_flags(raw) if g[0].split("=", 1)[0] not in taken]
+    return tuple(token for group in kept for token in group)
+
+
 def engine_command(spec: EngineSpec, *, engine: str, python: str, host: str, port: int) -> list[str]:
     """The argv that starts one replica. ``engine`` is ``sglang`` or ``sim``."""
     if engine not in ENGINE_MODULES:
@@ -68,8 +92,18 @@ def engine_command(spec: EngineSpec, *, engine: str, python: str, host: str, por
         argv += ["--context-length", str(spec.context_length)]
     argv.append("--enable-metrics")  # the agent's heartbeats are built from /metrics
     argv += args_to_flags({**DEFAULT_ENGINE_ARGS, **spec.engine_args})
-    argv += list(spec.extra_args)
+    argv += list(extra_flags(spec.extra_args, {**DEFAULT_ENGINE_ARGS, **spec.engine_args}))
     return argv
+
+
+def choose_engine(requested: str, gpus: Sequence[int]) -> str:
+    """SGLang where there are GPUs, the simulator elsewhere: ``sim`` is never silently upgraded, and
+    ``sglang``/``auto`` on a machine without GPUs runs the simulator (a CPU dev box, the local cloud)."""
+    if requested == "sim":
+        return "sim"
+    if requested in ("sglang", "auto"):
+        return "sglang" if gpus else "sim"
+    raise ValueError(f"unknown engine {requested!r}")
 
 
 def engine_env(engine: str, gpu_ids: Sequence[int]) -> dict[str, str]:

@@ -1,0 +1,87 @@
+"""The one command template: the exact SGLang command line a GPU node runs, and the simulator's."""
+
+from __future__ import annotations
+
+import pytest
+
+from dataplane.agent.template import (
+    EngineSpec,
+    args_to_flags,
+    assign_gpus,
+    choose_engine,
+    engine_command,
+    engine_env,
+    extra_flags,
+)
+from dataplane.sim.config import parse_config
+
+FP8 = EngineSpec(
+    model_path="/var/lib/nimbus/models/meta-llama--Llama-3.1-70B-Instruct-FP8-1a2b3c4d5e",
+    served_model_name="llama-3.1-70b-instruct-fp8",
+    tp_size=4,
+    quantization="fp8",
+    context_length=32768,
+    engine_args={"mem_fraction_static": 0.85, "enable_torch_compile": True, "disable_radix_cache": False},
+)
+
+
+def test_sglang_command_line_for_an_fp8_variant_is_exact():
+    argv = engine_command(FP8, engine="sglang", python="/opt/nimbus/venv/bin/python", host="0.0.0.0", port=30001)
+    assert argv == [
+        "/opt/nimbus/venv/bin/python", "-m", "sglang.launch_server",
+        "--model-path", "/var/lib/nimbus/models/meta-llama--Llama-3.1-70B-Instruct-FP8-1a2b3c4d5e",
+        "--served-model-name", "llama-3.1-70b-instruct-fp8",
+        "--host", "0.0.0.0", "--port", "30001",
+        "--tp-size", "4",
+        "--quantization", "fp8",
+        "--context-length", "32768",
+        "--enable-metrics",
+        "--schedule-policy", "lpm",
+        "--mem-fraction-static", "0.85",
+        "--enable-torch-compile",
+    ]
+
+
+def test_bf16_variant_has_no_quantization_and_variant_args_override_defaults():
+    spec = EngineSpec(model_path="Qwen/Qwen2.5-7B-Instruct", served_model_name="qwen-bf16",
+                      engine_args={"schedule_policy": "fcfs"})
+    argv = engine_command(spec, engine="sglang", python="python", host="127.0.0.1", port=30000)
+    assert "--quantization" not in argv and "--context-length" not in argv
+    assert argv[argv.index("--schedule-policy") + 1] == "fcfs" and argv.count("--schedule-policy") == 1
+
+
+def test_node_config_flags_never_override_the_assignment():
+    # The provisioning pipeline's user data repeats model flags (with its own served name); the
+    # assignment's values win and every flag appears once; flags only the node knows are kept.
+    spec = EngineSpec(model_path="m", served_model_name="m-bf16", engine_args={"mem_fraction_static": 0.8},
+                      extra_args=("--model-path", "m", "--served-model-name", "m:bf16", "--tp-size", "1",
+                                  "--enable-metrics", "--mem-fraction-static", "0.8", "--log-level", "warning"))
+    argv = engine_command(spec, engine="sglang", python="python", host="h", port=1)
+    assert argv.count("--served-model-name") == 1 and argv[argv.index("--served-model-name") + 1] == "m-bf16"
+    assert argv.count("--mem-fraction-static") == 1 and argv.count("--enable-metrics") == 1
+    assert argv[-2:] == ["--log-level", "warning"]
+    assert extra_flags(["--port=9", "--a", "1", "2"], {}) == ("--a", "1", "2")
+
+
+def test_the_simulator_accepts_the_same_command_line():
+    argv = engine_command(FP8, engine="sim", python="python", host="127.0.0.1", port=30001)
+    assert argv[:3] == ["python", "-m", "dataplane.sim"]
+    config, _ready = parse_config(argv[3:], warn=lambda msg: None)
+    assert (config.served_model_name, config.port, config.tp_size) == ("llama-3.1-70b-instruct-fp8", 30001, 4)
+    assert (config.quantization, config.context_length, config.schedule_policy) == ("fp8", 32768, "lpm")
+    assert config.enable_metrics and config.mem_fraction_static == 0.85
+
+
+def test_flags_gpus_and_engine_choice():
+    assert args_to_flags({"a_b": 1, "off": False, "none": None, "on": True, "many": [1, 2]}) == [
+        "--a-b", "1", "--on", "--many", "1", "2"]
+    assert assign_gpus([3, 0, 2, 1], 2, 2) == [[0, 1], [2, 3]]
+    assert assign_gpus(range(8), 1, 3) == [[0], [1], [2]]
+    with pytest.raises(ValueError):
+        assign_gpus([0, 1], 2, 2)
+    assert engine_env("sglang", [2, 3]) == {"CUDA_VISIBLE_DEVICES": "2,3"}
+    assert engine_env("sim", [0]) == {}
+    assert choose_engine("sglang", [0]) == "sglang" and choose_engine("sglang", []) == "sim"
+    assert choose_engine("auto", []) == "sim" and choose_engine("sim", [0, 1]) == "sim"
+    with pytest.raises(ValueError):
+        engine_command(FP8, engine="vllm", python="p", host="h", port=1)
