@@ -18,10 +18,10 @@ case "$role" in
   migrate)
     exec nimbus db upgrade "$@" ;;
   worker)
-    exec celery --app "${NIMBUS_CELERY_APP:-controlplane.tasks}" worker --loglevel INFO "$@" ;;
+    exec celery --app "${NIMBUS_CELERY_APP:-controlplane.tasks.app:app}" worker --loglevel INFO "$@" ;;
   beat)
     # Exactly one beat runs per deployment; its schedule file is scratch state.
-    exec celery --app "${NIMBUS_CELERY_APP:-controlplane.tasks}" beat --loglevel INFO \
+    exec celery --app "${NIMBUS_CELERY_APP:-controlplane.tasks.app:app}" beat --loglevel INFO \
       --schedule /tmp/celerybeat-schedule "$@" ;;
   edge)
     NIMBUS_EDGE_HOST="${NIMBUS_EDGE_HOST:-0.0.0.0}"

@@ -6,6 +6,7 @@ import os
 import re
 import stat
 import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -80,7 +81,7 @@ def _run(stub_path, *args, **env):
         (
             ("worker", "--concurrency", "4"),
             {},
-            "celery --app controlplane.tasks worker --loglevel INFO --concurrency 4",
+            "celery --app controlplane.tasks.app:app worker --loglevel INFO --concurrency 4",
         ),
         (
             ("beat",),
@@ -121,3 +122,22 @@ def test_services_start_each_role_the_entrypoint_knows():
     assert started == {"api", "worker", "beat", "edge"}
     assert started <= set(ROLES)
     assert os.access(ENTRYPOINT, os.R_OK)
+
+
+def test_the_commands_the_entrypoint_runs_exist_in_the_code(tmp_path):
+    """`nimbus api`, `nimbus db upgrade`, the Celery app and the edge/agent mains resolve."""
+    probe = (
+        "from celery import Celery\n"
+        "from controlplane.tasks.app import app\n"
+        "assert isinstance(app, Celery)\n"
+        "from controlplane.cli import main\n"
+        "assert {'api', 'db'} <= set(main.commands) and 'upgrade' in main.commands['db'].commands\n"
+        "from dataplane.edge.cli import main as edge_main\n"
+        "from dataplane.agent.cli import main as agent_main\n"
+    )
+    env = {**os.environ, "NIMBUS_STATE_DIR": str(tmp_path)}
+    env.pop("NIMBUS_BROKER_URL", None)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=hcl.REPO_ROOT, timeout=60
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
