@@ -92,10 +92,10 @@ def test_aws_passes_only_the_gpu_node_role_to_ec2():
     assert _conditions(statement)[("StringEquals", "iam:PassedToService")] == ["ec2.amazonaws.com"]
 
 
-def test_aws_gpu_node_role_only_reads_and_publishes_weights():
+def test_aws_gpu_node_role_only_reads_weights():
     statements = _policy_document(AWS / "gpu-template", "node")
     actions = {a for s in statements for a in s["actions"]}
-    assert actions == {"s3:ListBucket", "s3:GetObject", "s3:PutObject", "kms:Decrypt", "kms:GenerateDataKey"}
+    assert actions == {"s3:ListBucket", "s3:GetObject", "kms:Decrypt"}
     assert all("artifact_bucket_arn" in str(s["resources"]) or s["sid"] == "UseBucketKey" for s in statements)
 
 
@@ -179,3 +179,10 @@ def test_gcp_instance_templates_label_nodes_and_keep_them_private():
     assert ownership == {"managed-by": "nimbus", "nimbus-cluster": "${var.cluster_name}"}
     aws_tags = hcl.locals_(AWS / "gpu-template")["ownership_tags"]
     assert aws_tags == {"managed-by": "nimbus", "nimbus-cluster": "${var.cluster_name}"}
+
+
+def test_gcp_gpu_node_account_only_reads_weights():
+    member = _resource(GCP / "gpu-template", "google_storage_bucket_iam_member", "node")
+    assert member["role"] == "roles/storage.objectViewer"
+    project_roles = _resource(GCP / "gpu-template", "google_project_iam_member", "node")["for_each"]
+    assert project_roles == '${toset(["roles/logging.logWriter", "roles/monitoring.metricWriter"])}'

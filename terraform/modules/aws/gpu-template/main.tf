@@ -96,9 +96,8 @@ resource "aws_iam_role" "node" {
   tags               = var.tags
 }
 
-# What the agent does with AWS: read model weights from the regional bucket and, on
-# a cache miss, publish the weights it fetched under weights/ so the next node in the
-# region reuses them.
+# What the agent does with AWS (dataplane/agent/artifacts.py): list and read model
+# weights in the regional bucket. Nothing else; it never writes there.
 data "aws_iam_policy_document" "node" {
   statement {
     sid       = "ListWeights"
@@ -113,14 +112,8 @@ data "aws_iam_policy_document" "node" {
   }
 
   statement {
-    sid       = "PublishFetchedWeights"
-    actions   = ["s3:PutObject"]
-    resources = ["${var.artifact_bucket_arn}/weights/*"]
-  }
-
-  statement {
     sid       = "UseBucketKey"
-    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    actions   = ["kms:Decrypt"]
     resources = [var.kms_key_arn]
     condition {
       test     = "StringEquals"

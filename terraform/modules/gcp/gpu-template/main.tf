@@ -13,9 +13,8 @@ resource "google_service_account" "node" {
   display_name = "Nimbus GPU node agent ${var.region}"
 }
 
-# What the agent does with Google APIs: write its logs and metrics, read model
-# weights from the regional bucket and, on a cache miss, publish what it fetched so
-# the next node in the region reuses it.
+# What the agent does with Google APIs: write its logs and metrics and read model
+# weights from the regional bucket (dataplane/agent/artifacts.py); it never writes there.
 resource "google_project_iam_member" "node" {
   for_each = toset(["roles/logging.logWriter", "roles/monitoring.metricWriter"])
 
@@ -25,10 +24,8 @@ resource "google_project_iam_member" "node" {
 }
 
 resource "google_storage_bucket_iam_member" "node" {
-  for_each = toset(["roles/storage.objectViewer", "roles/storage.objectCreator"])
-
   bucket = var.artifact_bucket
-  role   = each.key
+  role   = "roles/storage.objectViewer"
   member = "serviceAccount:${google_service_account.node.email}"
 }
 
