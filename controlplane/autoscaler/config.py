@@ -34,6 +34,7 @@ class AutoscalerConfig:
     # Headroom over the need when growing, and kept when shrinking: a rising load is met in
     # fewer steps, and the band between the two thresholds stops flapping.
     scale_up_headroom: float = 0.1
+    panic_headroom: float = 0.25
     scale_down_headroom: float = 0.1
     # Give back at least this share of the pool per scale-down, so a slow decline does not
     # turn into one scale event per replica.
@@ -47,6 +48,9 @@ class AutoscalerConfig:
     # Forecast: how far back the recent level and trend look.
     forecast_level_window_s: float = 120.0
     forecast_trend_window_s: float = 900.0
+    # A slope is extrapolated by at most this share of the level: the slope of a step (a
+    # burst that just began) says nothing about the next minutes.
+    forecast_trend_cap: float = 0.25
     season_s: float = 86400.0
     # SLO feedback: while p95 TTFT breaches the SLO, add a replica at most this often.
     slo_breach_step_interval_s: float | None = None  # None: the pool's p90 model-ready time

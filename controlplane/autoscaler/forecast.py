@@ -94,11 +94,12 @@ def seasonal_rise(history: Series, now: float, horizon_s: float, season_s: float
 
 
 def forecast_peak(history: Series, now: float, horizon_s: float, *, season_s: float = 86400.0,
-                  level_window_s: float = 120.0, trend_window_s: float = 900.0) -> Forecast:
+                  level_window_s: float = 120.0, trend_window_s: float = 900.0,
+                  trend_cap: float = 0.25) -> Forecast:
     level = mean_rate(history, now - level_window_s, now) or 0.0
     trend = slope(window_values(history, now - trend_window_s, now))
     rise = seasonal_rise(history, now, horizon_s, season_s, level_window_s)
-    trend_rise = max(0.0, trend) * horizon_s * TREND_DAMPING
+    trend_rise = min(max(0.0, trend) * horizon_s * TREND_DAMPING, trend_cap * level)
     # Either view may see growth the other misses (yesterday's ramp before it starts, today's
     # growth that yesterday did not have); pre-warming is for the larger of the two.
     expected_rise = trend_rise if rise is None else max(rise, trend_rise)

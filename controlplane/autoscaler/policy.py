@@ -202,6 +202,7 @@ def predictive_need(obs: PoolObservation, capacity_tok_s: float | None, horizon_
     forecast = forecast_peak(
         obs.token_rate_history, obs.now, horizon_s, season_s=config.season_s,
         level_window_s=config.forecast_level_window_s, trend_window_s=config.forecast_trend_window_s,
+        trend_cap=config.forecast_trend_cap,
     )
     return forecast.peak / capacity_tok_s, forecast
 
@@ -229,7 +230,10 @@ def apply_hysteresis(need: float, current: int, need_samples: Sequence[tuple[flo
     never while panicking, right after a scale-up, or without a full hold window of memory.
     The gap between the two thresholds is the hysteresis band that stops flapping."""
     if replicas_for(need) > current:
-        grown = max(replicas_for(need * (1 + config.scale_up_headroom)),
+        # A burst is still being measured when panic fires (the newest rate sample covers part
+        # of it), so panic steps take more headroom instead of a second step seconds later.
+        headroom = config.panic_headroom if in_panic else config.scale_up_headroom
+        grown = max(replicas_for(need * (1 + headroom)),
                     current + math.ceil(config.scale_up_min_fraction * current))
         return grown, f"scale up: need {need:.2f} > target {current}"
     if in_panic:
@@ -453,13 +457,16 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     reactive = reactive_need(demand_samples, now, demand, config)
     horizon = prewarm_horizon(obs, config)
     predicted, forecast = predictive_need(obs, capacity, horizon, config)
-    breach_interval = config.slo_breach_step_interval_s or horizon
-    breach = slo_breach_need(demand, spec, state, now, breach_interval)
-
     panic_until = state.panic_until
     if reactive.panic_mode:
         panic_until = now + config.panic_hold_s
     in_panic = panic_until is not None and now < panic_until
+
+    # The SLO step is for a pool that looks big enough yet misses its SLO; while a backlog
+    # is worked off or replicas are starting, TTFT is high for reasons already acted on.
+    breach = 0
+    if settled and not in_panic:
+        breach = slo_breach_need(demand, spec, state, now, config.slo_breach_step_interval_s or horizon)
 
     need = max(reactive.stable_units, predicted, float(breach), reactive.panic_units if in_panic else 0.0)
     reasons = []
