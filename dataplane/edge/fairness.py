@@ -101,42 +101,55 @@ class FairQueue:
 
 
 class ShareGuard:
-    """Keeps a little headroom free for tenants under their fair share.
+    """Keeps free slots for tenants under their fair share, so a flood cannot fill every slot.
 
-    VTC decides who goes next from the queue, but it cannot preempt: once a flooding tenant has
-    filled every slot, a quiet tenant still waits for one to free up. So a tenant already holding
-    at least its fair share of a variant's slots (capacity / tenants active recently) may not take
-    the last ``headroom`` free slots; those stay for the others. With one active tenant the fair
-    share is everything, so a lone tenant can still use the whole fleet (work-conserving then).
+    VTC decides who goes next from the queue, but it cannot preempt: once a flooding tenant holds
+    every slot, a quiet tenant still waits for one to free up. So a tenant at or above its fair
+    share of a variant's slots (capacity / tenants active in the last ``active_window_s``) may only
+    take a slot while enough stay free for the others' likely demand: each active tenant's recent
+    peak concurrency plus ``burst_slots``, capped at the fair share, minus what it already holds.
+    Tenants under their fair share are never held back, and a lone tenant may use the whole fleet.
     """
 
-    def __init__(self, headroom_fraction: float = 0.15, active_window_s: float = 10.0) -> None:
-        self.headroom_fraction = headroom_fraction
+    def __init__(self, burst_slots: float = 1.0, active_window_s: float = 10.0) -> None:
+        self.burst_slots = burst_slots
         self.active_window_s = active_window_s
         self.inflight: dict[str, int] = {}
         self.last_seen: dict[str, float] = {}
+        self._peak: dict[str, tuple[int, float]] = {}  # tenant -> (peak concurrency, window start)
 
     def seen(self, tenant_id: str, now: float) -> None:
         self.last_seen[tenant_id] = now
 
-    def active_tenants(self, now: float) -> int:
+    def active(self, now: float) -> list[str]:
         horizon = now - self.active_window_s
-        stale = [t for t, at in self.last_seen.items() if at < horizon and not self.inflight.get(t)]
-        for t in stale:
+        for t in [t for t, at in self.last_seen.items() if at < horizon and not self.inflight.get(t)]:
             del self.last_seen[t]
-        return max(1, len(self.last_seen))
+            self._peak.pop(t, None)
+        return list(self.last_seen)
+
+    def demand(self, tenant_id: str, now: float) -> float:
+        peak, since = self._peak.get(tenant_id, (0, now))
+        if now - since > self.active_window_s:
+            peak = self.inflight.get(tenant_id, 0)
+            self._peak[tenant_id] = (peak, now)
+        return peak + self.burst_slots
 
     def allows(self, tenant_id: str, free_slots: int, total_slots: int, now: float) -> bool:
-        if self.headroom_fraction <= 0 or total_slots <= 0:
+        if self.burst_slots < 0 or total_slots <= 0:
+            return True  # guard disabled
+        active = self.active(now)
+        fair = total_slots / max(1, len(active))
+        if self.inflight.get(tenant_id, 0) < fair:
             return True
-        headroom = max(1, int(total_slots * self.headroom_fraction))
-        if free_slots > headroom:
-            return True
-        fair_share = total_slots / self.active_tenants(now)
-        return self.inflight.get(tenant_id, 0) < fair_share
+        reserve = sum(max(0.0, min(fair, self.demand(u, now)) - self.inflight.get(u, 0))
+                      for u in active if u != tenant_id)
+        return free_slots > reserve
 
-    def acquired(self, tenant_id: str) -> None:
-        self.inflight[tenant_id] = self.inflight.get(tenant_id, 0) + 1
+    def acquired(self, tenant_id: str, now: float) -> None:
+        n = self.inflight[tenant_id] = self.inflight.get(tenant_id, 0) + 1
+        peak, since = self._peak.get(tenant_id, (0, now))
+        self._peak[tenant_id] = (n, now) if now - since > self.active_window_s else (max(peak, n), since)
 
     def released(self, tenant_id: str) -> None:
         left = self.inflight.get(tenant_id, 0) - 1

@@ -137,7 +137,11 @@ class PredictedTtft:
         cached = req.cached_tokens(self.index, cand.replica.id, now)
         uncached = req.prompt_tokens - cached
         ttft = self.model.predict(cand.rtt_ms, cand.load.pending_prefill_tokens + uncached, cand.running)
-        score = ttft + self.uncached_penalty * uncached * self.model.prefill_ms_per_token
+        # Computing new prefix blocks on a replica whose cache is full evicts someone else's prefix
+        # (a future miss there); on an emptier replica it costs nothing. This spreads tenants' prefixes
+        # evenly across the fleet's KV instead of by arrival-time load alone.
+        eviction = self.index.occupancy(cand.replica.id)
+        score = ttft + (self.uncached_penalty + eviction) * uncached * self.model.prefill_ms_per_token
         return ttft, score, cached
 
     def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:

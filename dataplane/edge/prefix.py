@@ -82,6 +82,11 @@ class PrefixIndex:
             n += 1
         return n
 
+    def occupancy(self, replica_id: str) -> float:
+        """How full this replica's prefix cache is believed to be, 0..1."""
+        entry = self._replicas.get(replica_id)
+        return 0.0 if entry is None else len(entry.blocks) / max(1, entry.capacity)
+
     def blocks_held(self, replica_id: str) -> int:
         entry = self._replicas.get(replica_id)
         return 0 if entry is None else len(entry.blocks)

@@ -334,7 +334,7 @@ class EdgeService:
     def share_guard(self, variant_id: str) -> ShareGuard:
         guard = self.share_guards.get(variant_id)
         if guard is None:
-            guard = self.share_guards[variant_id] = ShareGuard(self.settings.fair_headroom_fraction,
+            guard = self.share_guards[variant_id] = ShareGuard(self.settings.fair_burst_slots,
                                                                self.settings.fair_active_window_s)
         return guard
 
@@ -359,7 +359,7 @@ class EdgeService:
                 return None
             ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now)
             ticket.tenant_id = tenant.id
-            guard.acquired(tenant.id)
+            guard.acquired(tenant.id, now)
             st.ticket = ticket
             queue.charge_admit(tenant.id, tenant.weight, route_req.prompt_tokens)
             rid = ticket.replica.id

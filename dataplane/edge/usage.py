@@ -3,7 +3,9 @@
 Events are queued in memory and written by one background task with pipelined ``XADD``s (so the
 request path never waits on Redis). If Redis fails, the batch goes to an append-only spool file
 under the state dir; the spool is replayed in order before anything newer once Redis answers,
-and truncated only after every line in it was written. The contract (field names) is in
+and truncated only after every line in it was written. With no Redis configured at all (standalone
+without metering) the same file is simply the edge's usage log. File writes run off the event loop.
+The contract (field names) is in
 ``snapshot.py``'s docstring.
 """
 
@@ -71,20 +73,31 @@ class UsageRecorder:
                 await self._task
         # Last chance to write; whatever cannot be written is spooled, never dropped.
         if self.pending and not (await self._replay_spool() and await self._flush_pending()):
-            self._spool(list(self.pending))
-            self.pending.clear()
+            await self._spool_pending()
 
     async def _run(self) -> None:
         while True:
-            if not self.pending and not self._spool_has_data():
+            if not self.pending and (self.redis is None or not self._spool_has_data()):
                 self._wake.clear()
                 await self._wake.wait()
+            if self.redis is None:
+                # No Redis configured (standalone without metering): the spool file is the usage log.
+                await self._spool_pending(durable=False)
+                continue
             ok = await self._replay_spool() and await self._flush_pending()
             if not ok:
-                if self.pending:
-                    self._spool(list(self.pending))
-                    self.pending.clear()
+                await self._spool_pending()
                 await asyncio.sleep(self.retry_s)
+
+    async def _spool_pending(self, durable: bool = True) -> None:
+        if not self.pending:
+            return
+        events = list(self.pending)
+        self.pending.clear()
+        # File I/O (and fsync) off the event loop: a slow disk must not stall every stream.
+        await asyncio.to_thread(self._spool, events, durable)
+        if durable:
+            log.warning("redis unavailable: spooled %d usage events to %s", len(events), self.spool_path)
 
     def _spool_has_data(self) -> bool:
         try:
@@ -92,15 +105,14 @@ class UsageRecorder:
         except OSError:
             return False
 
-    def _spool(self, events: list[dict[str, str]]) -> None:
+    def _spool(self, events: list[dict[str, str]], durable: bool = True) -> None:
         self.spool_path.parent.mkdir(parents=True, exist_ok=True)
         with self.spool_path.open("a") as f:
-            for ev in events:
-                f.write(json.dumps(ev) + "\n")
+            f.write("".join(json.dumps(ev) + "\n" for ev in events))
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         self.spooled += len(events)
-        log.warning("redis unavailable: spooled %d usage events to %s", len(events), self.spool_path)
 
     async def _xadd_all(self, events: list[dict[str, str]]) -> bool:
         if self.redis is None:

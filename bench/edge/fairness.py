@@ -1,0 +1,106 @@
+"""Fairness: one tenant floods at ten times the others' rate. The others' TTFT p99 with the flood,
+against their solo baseline (same router, no flood): Nimbus edge vs sglang-router, same fleet.
+
+    .venv/bin/python -m bench.edge.fairness [--rate 1.5] [--duration 20]
+
+The flood alone asks for more than the fleet can serve, so something has to wait: sglang-router
+(no notion of tenants) lets the flood fill the engines' queues; the edge keeps the excess in its
+fair queue and lets the quiet tenants through first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+
+from bench.edge.common import (
+    Client,
+    bench_key,
+    flush_caches,
+    new_session,
+    nimbus_edge,
+    pct,
+    run_async,
+    sglang_router,
+    table,
+)
+from bench.edge.workload import open_loop, tenants
+from dataplane.sim.process import sim_fleet
+
+
+async def phase(url: str, tenant_list, args, flood: bool) -> dict[str, float]:
+    async with new_session() as session:
+        client = Client(url, session)
+        # warm-up (connections, first-request costs), not measured
+        await asyncio.gather(*(open_loop(client, t, random.Random(i), 4.0, 1.0, args.prompt_words, 4)
+                               for i, t in enumerate(tenant_list[1:])))
+        client.results.clear()
+        jobs = []
+        for i, t in enumerate(tenant_list):
+            is_flood = i == 0
+            if is_flood and not flood:
+                continue
+            rate = args.rate * (10 if is_flood else 1)
+            jobs.append(open_loop(client, t, random.Random(args.seed + i), rate, args.duration, args.prompt_words,
+                                  args.max_tokens))
+        t0 = time.monotonic()
+        await asyncio.gather(*jobs)
+        wall = time.monotonic() - t0
+    others = [r for r in client.results if r.tenant != tenant_list[0].name]
+    ok = [r for r in others if r.ok]
+    flood_res = [r for r in client.results if r.tenant == tenant_list[0].name]
+    ttft = [r.ttft * 1000 for r in ok]
+    return {"others": len(others), "others_err": len(others) - len(ok), "p50": pct(ttft, 50), "p99": pct(ttft, 99),
+            "flood": len(flood_res), "flood_ok": sum(r.ok for r in flood_res), "wall": wall}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--others", type=int, default=4, help="well-behaved tenants")
+    ap.add_argument("--rate", type=float, default=1.5, help="req/s of each well-behaved tenant (flood: 10x)")
+    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--prompt-words", type=int, default=200)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--slots", type=int, default=4, help="max running requests per replica")
+    ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=11)
+    args = ap.parse_args()
+    n = args.others + 1
+    keys = [bench_key(f"f{i}") for i in range(n)]
+    edge_tenants = [{"name": f"tenant{i:02d}", "keys": [{"dev_key": k}]} for i, k in enumerate(keys)]
+    sim_args = ["--time-scale", str(args.time_scale), "--max-running-requests", str(args.slots)]
+    print(f"{args.others} tenants at {args.rate} req/s each + 1 tenant at {10 * args.rate} req/s; "
+          f"{args.replicas} replicas x {args.slots} slots; {args.duration:.0f} s per phase")
+    out = {}
+    with sim_fleet(args.replicas, served_model_name="demo", extra_args=sim_args, ready_delay=0.0) as fleet:
+        urls = [s.url for s in fleet]
+        replicas = [{"url": u, "max_running_requests": args.slots} for u in urls]
+        with nimbus_edge(replicas, edge_tenants, {"health_interval_s": 30, "queue_timeout_s": 30}) as edge:
+            tl = tenants(n, args.prompt_words, args.seed, keys)
+            flush_caches(urls)
+            solo = run_async(phase(edge, tl, args, flood=False))
+            flush_caches(urls)
+            out["nimbus-edge"] = (solo, run_async(phase(edge, tl, args, flood=True)))
+        with sglang_router(urls, "cache_aware") as router:
+            tl = tenants(n, args.prompt_words, args.seed, [None] * n)
+            flush_caches(urls)
+            solo = run_async(phase(router, tl, args, flood=False))
+            flush_caches(urls)
+            out["sglang-router"] = (solo, run_async(phase(router, tl, args, flood=True)))
+    rows = [["router", "others solo p99 ms", "others flood p99 ms", "p99 ratio", "others p50 solo/flood ms",
+             "others err", "flood ok/sent"]]
+    for name, (solo, flood) in out.items():
+        rows.append([name, f"{solo['p99']:.0f}", f"{flood['p99']:.0f}", f"{flood['p99'] / solo['p99']:.2f}x",
+                     f"{solo['p50']:.0f}/{flood['p50']:.0f}", str(flood["others_err"]),
+                     f"{flood['flood_ok']}/{flood['flood']}"])
+    print(table(rows))
+    e = out["nimbus-edge"][1]["p99"] / out["nimbus-edge"][0]["p99"]
+    s = out["sglang-router"][1]["p99"] / out["sglang-router"][0]["p99"]
+    print(f"\nothers' TTFT p99 under the flood vs solo: edge {e:.2f}x (target <= 1.5x), sglang-router {s:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
