@@ -53,6 +53,7 @@ class TenantAuthController(Controller):
     @post("/login")
     async def login(self, request: Request, db: AsyncSession, key_verifier: KeyVerifier) -> Response:
         form = await auth.checked_login_form(request)
+        await sessions.sweep_expired(db)  # sign-ins keep the table small without a scheduled job
         if form.get("method") == "password":
             tenant = await auth.tenant_by_password(db, form.get("email", ""), form.get("password", ""))
             live = tenant and await sessions.start(

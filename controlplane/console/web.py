@@ -34,7 +34,8 @@ def add_security_headers(response: Response) -> Response:
 def page(template: str, live: sessions.Live | None, status_code: int = 200, **context: Any) -> Template:
     return Template(
         template_name=template, status_code=status_code,
-        context={"csrf": live.row.csrf_token if live else "", "live": live, **context},
+        # Templates get a flag, never the session object (it carries the browser's token).
+        context={"csrf": live.row.csrf_token if live else "", "live": live is not None, **context},
     )
 
 

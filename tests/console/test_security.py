@@ -6,6 +6,7 @@ import re
 import uuid
 
 from pydantic import SecretStr
+from sqlalchemy import create_engine, text
 
 from controlplane.console.sessions import PLAYGROUND_KEY_NAME
 from tests.console.conftest import (
@@ -179,3 +180,17 @@ async def test_rotating_the_admin_token_ends_operator_sessions(web, settings, ad
     settings.admin_token = SecretStr("a-brand-new-admin-token-42")  # the app holds this same object
     r = await web.get("/console/admin/nodes", follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/console/admin/login"
+
+
+async def test_expired_sessions_stop_working_and_are_swept(web, api, admin, settings):
+    _, _, secret = await tenant_with_key(api, admin)
+    await sign_in_with_key(web, secret)
+    engine = create_engine(settings.database_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE console_sessions SET expires_at = now() - interval '1 minute'"))
+    assert (await web.get("/console/keys", follow_redirects=False)).status_code == 303
+    await sign_in_with_key(web, secret)  # any sign-in sweeps expired rows
+    with engine.connect() as conn:
+        left = conn.execute(text("SELECT count(*) FROM console_sessions WHERE expires_at <= now()")).scalar()
+    engine.dispose()
+    assert left == 0
