@@ -11,7 +11,16 @@ from sqlalchemy import select, update
 from bench.controlplane.reconcile import churn, measure_tick, seed
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
-from controlplane.models import Node, NodeState, Operation, OperationKind, OperationState, Pool, Replica, ReplicaState
+from controlplane.models import (
+    Node,
+    NodeState,
+    Operation,
+    OperationKind,
+    OperationState,
+    Pool,
+    Replica,
+    ReplicaState,
+)
 from controlplane.services.leases import claimable
 from controlplane.services.provisioning import launch_key, reconcile_tick
 from tests.provisioning.helpers import nodes, operations, tick
