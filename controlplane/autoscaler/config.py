@@ -52,5 +52,7 @@ class AutoscalerConfig:
     # burst that just began) says nothing about the next minutes.
     forecast_trend_cap: float = 0.25
     season_s: float = 86400.0
+    # The window the engines' TTFT p95 covers (Prometheus range of the executor's query).
+    ttft_window_s: float = 60.0
     # SLO feedback: while p95 TTFT breaches the SLO, add a replica at most this often.
     slo_breach_step_interval_s: float | None = None  # None: the pool's p90 model-ready time

@@ -212,11 +212,17 @@ def predictive_need(obs: PoolObservation, capacity_tok_s: float | None, horizon_
 
 
 def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now: float,
-                    step_interval_s: float) -> int:
-    """One more replica while p95 TTFT breaches the SLO, no faster than a replica comes up."""
+                    step_interval_s: float, config: AutoscalerConfig) -> int:
+    """One more replica while p95 TTFT breaches the SLO on a pool that looks big enough.
+
+    The p95 covers the last ``ttft_window_s``, so it still remembers a backlog (or a cold
+    start) that was already acted on: the step waits until the last panic and the last
+    scale-up's replicas are a full window behind."""
     if demand.ttft_p95_s is None or demand.ttft_p95_s <= spec.ttft_slo_s or demand.ready == 0:
         return 0
-    if state.last_scale_up_at is not None and now - state.last_scale_up_at < step_interval_s:
+    if state.panic_until is not None and now < state.panic_until + config.ttft_window_s:
+        return 0
+    if state.last_scale_up_at is not None and now - state.last_scale_up_at < step_interval_s + config.ttft_window_s:
         return 0
     return demand.ready + 1
 
@@ -466,7 +472,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     # is worked off or replicas are starting, TTFT is high for reasons already acted on.
     breach = 0
     if settled and not in_panic:
-        breach = slo_breach_need(demand, spec, state, now, config.slo_breach_step_interval_s or horizon)
+        breach = slo_breach_need(demand, spec, state, now, config.slo_breach_step_interval_s or horizon, config)
 
     need = max(reactive.stable_units, predicted, float(breach), reactive.panic_units if in_panic else 0.0)
     reasons = []
