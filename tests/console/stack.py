@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
+from controlplane.db.engine import session_scope
 from controlplane.models import (
     AutoscalerDecision,
     Node,
@@ -30,7 +31,7 @@ from controlplane.models import (
     Replica,
     ReplicaState,
 )
-from controlplane.services import usage
+from controlplane.services import usage_rollup
 from controlplane.services.edge_snapshot import served_model_name
 from dataplane.edge.process import EdgeProcess
 from dataplane.sim.process import SimProcess, free_port
@@ -48,25 +49,20 @@ class Stack:
     edge: EdgeProcess
     sim: SimProcess
     db_url: str
+    settings: Settings
     usage_stream: str
     data: dict = field(default_factory=dict)
 
     def ingest_usage(self, min_events: int, timeout: float = 15.0) -> int:
-        """Roll the edge's usage stream into minute buckets, as the Celery roll-up task will
-        (that task is not built yet; this calls the same service function it is meant to call)."""
+        """Roll the edge's usage stream into minute buckets with the rollup service the Celery beat
+        task runs (called inline here rather than through a worker)."""
         r = redis_sync.Redis.from_url(SHARED_REDIS, decode_responses=True)
         deadline = time.monotonic() + timeout
-        while True:
-            events = [fields for _, fields in r.xrange(self.usage_stream)]
-            if len(events) >= min_events or time.monotonic() > deadline:
-                break
+        while r.xlen(self.usage_stream) < min_events and time.monotonic() < deadline:
             time.sleep(0.1)
-        engine = create_engine(self.db_url)
-        try:
-            with Session(engine) as s, s.begin():
-                return usage.ingest(s, events)
-        finally:
-            engine.dispose()
+        result = usage_rollup.rollup(r, lambda: session_scope(self.settings), self.usage_stream)
+        r.close()
+        return result.counted
 
 
 async def _seed_api(cp_url: str) -> dict:
@@ -135,7 +131,8 @@ def running_stack(db_url: str, workdir: Path) -> Iterator[Stack]:
         try:
             _seed_fleet(db_url, data, sim.url)
             edge.start()
-            yield Stack(cp_url=cp_url, edge=edge, sim=sim, db_url=db_url, usage_stream=stream, data=data)
+            yield Stack(cp_url=cp_url, edge=edge, sim=sim, db_url=db_url, settings=settings, usage_stream=stream,
+                        data=data)
         finally:
             edge.close()
             sim.stop()
