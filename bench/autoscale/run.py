@@ -57,6 +57,15 @@ def peak_rate(shape: TraceShape, trace_bursts, step_s: float = 10.0) -> float:
     return max(rate(shape, trace_bursts, k * step_s) for k in range(steps))
 
 
+def clairvoyant_gpu_hours(shape: TraceShape, trace_bursts, qps: float, gpus: int, step_s: float = 10.0) -> float:
+    """GPU-hours of a sizer that knows the trace's rate curve and has no cold start:
+    ceil(rate / qps) replicas at every instant. A reference for what any policy can save."""
+    steps = int(shape.hours * 3600 / step_s)
+    replica_seconds = sum(math.ceil(rate(shape, trace_bursts, k * step_s) / qps - 1e-9) * step_s
+                          for k in range(steps))
+    return replica_seconds * gpus / 3600
+
+
 def run_policy(kind: str, args: argparse.Namespace, qps: float, static_replicas: int) -> Result:
     shape = TraceShape(hours=args.hours, peak_rps=args.peak_rps, trough_rps=args.trough_rps, bursts=args.bursts)
     trace = make_trace(shape, args.seed)
@@ -82,7 +91,7 @@ def run_policy(kind: str, args: argparse.Namespace, qps: float, static_replicas:
     return PoolSimulation(trace, profile, spec, seed=args.seed).run(runner)
 
 
-def render(results: dict[str, Result], slo_s: float) -> str:
+def render(results: dict[str, Result], slo_s: float, bounds: dict[str, float]) -> str:
     base = results["skyserve"]
     header = (f"{'policy':<12} {'GPU-h':>8} {'xSky':>6} {'SLO%':>7} {'events':>7} {'xSky':>6} "
               f"{'launched':>8} {'cold-wait':>9} {'p50 TTFT':>9} {'p95 TTFT':>9} {'peak':>5}")
@@ -93,6 +102,9 @@ def render(results: dict[str, Result], slo_s: float) -> str:
             f"{r.scale_events:7d} {r.scale_events / max(1, base.scale_events):6.2f} {r.replicas_launched:8d} "
             f"{r.cold_start_waits:9d} {r.ttft_p50_s:8.2f}s {r.ttft_p95_s:8.2f}s {r.peak_replicas:5d}"
         )
+    for label, gpu_hours in bounds.items():
+        lines.append(f"{label:<12} {gpu_hours:8.1f} {gpu_hours / base.gpu_hours:6.2f}   (no lag, no cold start, "
+                     f"knows the rate curve)")
     ours = results["ours"]
     checks = {
         f"SLO attainment >= SkyServe ({100 * ours.slo_attainment:.2f}% vs {100 * base.slo_attainment:.2f}%)":
@@ -147,7 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         futures = {k: pool.submit(run_policy, k, args, qps, static_replicas) for k in kinds}
         results = {k: f.result() for k, f in futures.items()}
     if "skyserve" in results and "ours" in results:
-        print(render(results, args.slo))
+        bounds = {
+            "clairvoyant": clairvoyant_gpu_hours(shape, trace.bursts, qps, args.tp),
+            "clairv.x1.2": clairvoyant_gpu_hours(shape, trace.bursts, 1.2 * qps, args.tp),
+        }
+        print(render(results, args.slo, bounds))
     else:
         for r in results.values():
             print(r.name, f"{r.gpu_hours:.1f} GPU-h", f"{100 * r.slo_attainment:.2f}% SLO",
