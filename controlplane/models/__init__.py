@@ -18,6 +18,7 @@ from controlplane.models.fleet import Node, Pool, Replica
 from controlplane.models.operations import AutoscalerDecision, CapacityBlock, Operation
 from controlplane.models.tenancy import ApiKey, Quota, Tenant
 from controlplane.models.usage import UsageEventSeen, UsageMinute
+from controlplane.console.models import ConsoleSession  # noqa: E402  (console owns its table)
 
 __all__ = [
     "ApiKey",
@@ -27,6 +28,7 @@ __all__ = [
     "BlockScope",
     "CapacityBlock",
     "Cloud",
+    "ConsoleSession",
     "InstanceType",
     "Model",
     "ModelVariant",
