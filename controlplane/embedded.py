@@ -209,7 +209,7 @@ class Platform:
         self._start_redis()
         python = sys.executable
         celery = [python, "-m", "celery", "-A", "controlplane.tasks.app"]
-        self.services |= {
+        started_here = {
             "api": Service("api", [python, "-m", "uvicorn", "controlplane.api.asgi:app", "--host", "127.0.0.1",
                                    "--port", str(self.api_port), "--log-level", "warning"], self.api_url + "/healthz"),
             "worker": Service("worker", [*celery, "worker", "--pool=solo", "--loglevel=WARNING",
@@ -222,8 +222,9 @@ class Platform:
                                      "--redis-url", self.redis_url or "none", "--set", "snapshot_poll_s=0.5"],
                             self.edge_url + "/health"),
         }
+        self.services |= started_here
         env = self.env()
-        for service in self.services.values():
+        for service in started_here.values():
             service.start(env, self.log_dir)
         self.wait_for(lambda: self.services["api"].healthy(), 60, "the API")
         self.step(f"API and console on {self.api_url}")
@@ -236,21 +237,22 @@ class Platform:
             self.console.print("[yellow]![/yellow] no redis-server: limits stay local to the edge and usage is "
                                "spooled at the edge (usage pages stay empty until Redis is available)")
             return
-        port = free_port()
-        self.services["redis"] = redis = Service("redis", [binary, "--bind", "127.0.0.1", "--port", str(port),
-                                                           "--save", "", "--appendonly", "no"])
-        redis.start(dict(os.environ), self.log_dir)
+        for _attempt in range(3):  # a free port can be taken by someone else before redis binds it
+            port = free_port()
+            redis = Service("redis", [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+                                      "--appendonly", "no"])
+            redis.start(dict(os.environ), self.log_dir)
+            deadline = time.monotonic() + 10
+            while redis.alive() and not _pong(port) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.1)
+            if redis.alive() and _pong(port):
+                break
+            redis.stop()
+        else:
+            raise RuntimeError(f"redis-server would not start; see {self.log_dir / 'redis.log'}")
+        self.services["redis"] = redis
         self.redis_url = f"redis://127.0.0.1:{port}/0"
-
-        def pong() -> bool:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                    s.sendall(b"PING\r\n")
-                    return s.recv(16).startswith(b"+PONG")
-            except OSError:
-                return False
-
-        self.wait_for(pong, 10, "redis")
         self.step(f"private Redis on port {port}")
 
     def wait_for(self, check: Callable[[], bool], timeout: float, what: str) -> None:
@@ -386,6 +388,15 @@ Logs: {self.log_dir}  ·  Ctrl-C stops everything.
                     self.console.print(f"[red]✗[/red] {service.name} exited with {service.proc.returncode}; "
                                        f"see {self.log_dir / (service.name + '.log')}")
                     return
+
+
+def _pong(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
 
 
 def check(resp: httpx.Response) -> dict:
