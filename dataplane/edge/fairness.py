@@ -12,6 +12,7 @@ priority classes. Pure data structure; ``admission.py`` wraps it with futures an
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -109,14 +110,28 @@ class ShareGuard:
     take a slot while enough stay free for the others' likely demand: each active tenant's recent
     peak concurrency plus ``burst_slots``, capped at the fair share, minus what it already holds.
     Tenants under their fair share are never held back, and a lone tenant may use the whole fleet.
+    The guard only binds a *heavy* tenant: one whose recent dispatch rate exceeds ``heavy_factor``
+    times the mean of the other active tenants, so evenly loaded tenants never throttle each other.
     """
 
-    def __init__(self, burst_slots: float = 1.0, active_window_s: float = 10.0) -> None:
+    def __init__(self, burst_slots: float = 1.0, active_window_s: float = 10.0, heavy_factor: float = 2.0) -> None:
         self.burst_slots = burst_slots
         self.active_window_s = active_window_s
+        self.heavy_factor = heavy_factor
         self.inflight: dict[str, int] = {}
         self.last_seen: dict[str, float] = {}
         self._peak: dict[str, tuple[int, float]] = {}  # tenant -> (peak concurrency, window start)
+        self._rate: dict[str, tuple[float, float]] = {}  # tenant -> (EWMA dispatches/s, as of)
+
+    def rate(self, tenant_id: str, now: float) -> float:
+        value, at = self._rate.get(tenant_id, (0.0, now))
+        return value * math.exp(-(now - at) / self.active_window_s)
+
+    def heavy(self, tenant_id: str, others: list[str], now: float) -> bool:
+        if not others:
+            return False
+        mean_others = sum(self.rate(u, now) for u in others) / len(others)
+        return self.rate(tenant_id, now) > self.heavy_factor * mean_others
 
     def seen(self, tenant_id: str, now: float) -> None:
         self.last_seen[tenant_id] = now
@@ -126,6 +141,7 @@ class ShareGuard:
         for t in [t for t, at in self.last_seen.items() if at < horizon and not self.inflight.get(t)]:
             del self.last_seen[t]
             self._peak.pop(t, None)
+            self._rate.pop(t, None)
         return list(self.last_seen)
 
     def demand(self, tenant_id: str, now: float) -> float:
@@ -142,14 +158,17 @@ class ShareGuard:
         fair = total_slots / max(1, len(active))
         if self.inflight.get(tenant_id, 0) < fair:
             return True
-        reserve = sum(max(0.0, min(fair, self.demand(u, now)) - self.inflight.get(u, 0))
-                      for u in active if u != tenant_id)
+        others = [u for u in active if u != tenant_id]
+        if not self.heavy(tenant_id, others, now):
+            return True
+        reserve = sum(max(0.0, min(fair, self.demand(u, now)) - self.inflight.get(u, 0)) for u in others)
         return free_slots > reserve
 
     def acquired(self, tenant_id: str, now: float) -> None:
         n = self.inflight[tenant_id] = self.inflight.get(tenant_id, 0) + 1
         peak, since = self._peak.get(tenant_id, (0, now))
         self._peak[tenant_id] = (n, now) if now - since > self.active_window_s else (max(peak, n), since)
+        self._rate[tenant_id] = (self.rate(tenant_id, now) + 1.0 / self.active_window_s, now)
 
     def released(self, tenant_id: str) -> None:
         left = self.inflight.get(tenant_id, 0) - 1

@@ -11,6 +11,7 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.2, 0
 class EdgeMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self._children: dict[tuple, object] = {}
         self.requests = Counter("nimbus_edge_requests", "Finished requests", ["model", "priority", "status", "code"],
                                 registry=r)
         self.ttft = Histogram("nimbus_edge_ttft_seconds", "Time to first token as the client sees it",
@@ -52,6 +53,14 @@ class EdgeMetrics:
                                    ["model"], registry=r)
         self.cache_hits = Counter("nimbus_edge_response_cache_hits", "Exact-match response cache hits",
                                   ["model"], registry=r)
+
+    def child(self, metric, *labels: str):
+        """``metric.labels(*labels)``, cached: label lookups are a measurable cost per token otherwise."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

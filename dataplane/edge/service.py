@@ -98,6 +98,13 @@ def _headers(pairs: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return [(k.encode(), v.encode()) for k, v in pairs.items()]
 
 
+def _plain_events(chunk: bytes, splitter: SseSplitter) -> bool:
+    """True when the chunk is whole SSE events that carry neither usage nor an error, so it can be
+    forwarded without being cut into events."""
+    return (not splitter.pending and chunk.endswith(b"\n\n") and b'"usage":{' not in chunk
+            and b'"usage": {' not in chunk and b'"error"' not in chunk)
+
+
 def _reported(usage: dict[str, Any] | None) -> tuple[int, int] | None:
     """(prompt, cached) tokens as the engine counted them, for the prefix index's self-correction."""
     if not usage:
@@ -198,8 +205,8 @@ class EdgeService:
         return -1.0 if last is None else time.monotonic() - last
 
     def _on_probe(self, replica: Replica, ok: bool) -> None:
-        self.metrics.replica_healthy.labels(replica.id, replica.region).set(1 if ok else 0)
-        self.metrics.breaker_open.labels(replica.id).set(1 if self.router.breaker(replica.id).state == OPEN else 0)
+        self.metrics.child(self.metrics.replica_healthy, replica.id, replica.region).set(1 if ok else 0)
+        self.metrics.child(self.metrics.breaker_open, replica.id).set(1 if self.router.breaker(replica.id).state == OPEN else 0)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -263,7 +270,7 @@ class EdgeService:
             ckey = cache_key(tenant.id, variant.id, kind, body)
             hit = self.response_cache.get(ckey, time.monotonic())
             if hit is not None:
-                self.metrics.cache_hits.labels(req.model).inc()
+                self.metrics.child(self.metrics.cache_hits, req.model).inc()
                 st.status, st.http_status = "ok", 200
                 st.response_started = True
                 await send_json(send, 200, hit, {"x-request-id": st.request_id, "x-nimbus-cache": "hit"})
@@ -274,7 +281,7 @@ class EdgeService:
             self.metrics.limits_fallback.inc()
         st.rate_headers = decision.headers
         if not decision.allowed:
-            self.metrics.rate_limited.labels(decision.reason).inc()
+            self.metrics.child(self.metrics.rate_limited, decision.reason).inc()
             raise to_error(decision)
         st.lease = decision.lease
 
@@ -294,10 +301,10 @@ class EdgeService:
                 return
             excluded.add(ticket.replica.id)
             if attempt == 0 and self.router.retry_budget.try_spend(time.monotonic()):
-                self.metrics.retries.labels(req.model, "before_first_byte").inc()
+                self.metrics.child(self.metrics.retries, req.model, "before_first_byte").inc()
                 continue
             if attempt == 0:
-                self.metrics.retry_denied.labels(req.model).inc()
+                self.metrics.child(self.metrics.retry_denied, req.model).inc()
             break
         raise errors.upstream_failed()
 
@@ -326,7 +333,7 @@ class EdgeService:
             for pool in catalog.usable_pools(tenant.id, variant.id):
                 if now - self._activation_sent.get(pool.id, -1e9) >= s.activation_repeat_s:
                     self._activation_sent[pool.id] = now
-                    self.metrics.activations.labels(model).inc()
+                    self.metrics.child(self.metrics.activations, model).inc()
                     self._spawn(self.source.activate(pool.id, variant.id))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._catalog_changed.wait(), min(deadline - now, s.activation_repeat_s))
@@ -363,8 +370,8 @@ class EdgeService:
             st.ticket = ticket
             queue.charge_admit(tenant.id, tenant.weight, route_req.prompt_tokens)
             rid = ticket.replica.id
-            self.metrics.routed.labels(req.model, rid, decision.policy).inc()
-            self.metrics.est_prefix_hit_tokens.labels(req.model, rid).inc(decision.predicted_cached_tokens)
+            self.metrics.child(self.metrics.routed, req.model, rid, decision.policy).inc()
+            self.metrics.child(self.metrics.est_prefix_hit_tokens, req.model, rid).inc(decision.predicted_cached_tokens)
             return ticket
 
         waiter = Waiter(tenant.id, tenant.weight, st.priority, route_req.prompt_tokens, time.monotonic(),
@@ -373,7 +380,7 @@ class EdgeService:
         ticket = await self.admission.admit(variant.id, waiter)
         waited = time.monotonic() - t_wait
         st.queue_ms = (st.queue_ms or 0.0) + waited * 1000
-        self.metrics.queue_time.labels(req.model, st.priority).observe(waited)
+        self.metrics.child(self.metrics.queue_time, req.model, st.priority).observe(waited)
         self.metrics.queue_depth.set(self.admission.queued())
         st.replica = ticket.replica
         return ticket
@@ -397,12 +404,12 @@ class EdgeService:
                                                     "x-request-id": st.request_id})
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             log.info("replica %s failed before answering: %r", rid, exc)
-            self.metrics.errors.labels(req.model, rid, "connect").inc()
+            self.metrics.child(self.metrics.errors, req.model, rid, "connect").inc()
             self._release(st, ticket, False)
             return RETRY
         try:
             if resp.status >= 500:
-                self.metrics.errors.labels(req.model, rid, f"http_{resp.status}").inc()
+                self.metrics.child(self.metrics.errors, req.model, rid, f"http_{resp.status}").inc()
                 self._release(st, ticket, False)
                 return RETRY
             if resp.status != 200:
@@ -418,7 +425,7 @@ class EdgeService:
                 data = await resp.read()
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 log.info("replica %s failed while answering: %r", rid, exc)
-                self.metrics.errors.labels(req.model, rid, "read").inc()
+                self.metrics.child(self.metrics.errors, req.model, rid, "read").inc()
                 self._release(st, ticket, False)
                 return RETRY
             st.ttft_ms = (time.monotonic() - st.t0) * 1000
@@ -439,7 +446,7 @@ class EdgeService:
         assert st.req is not None
         req = st.req
         labels = (req.model, ticket.replica.id, st.priority)
-        itl_hist = self.metrics.itl.labels(*labels)
+        itl_hist = self.metrics.child(self.metrics.itl, *labels)
         splitter = SseSplitter()
         saw_done = False
         upstream_error = False
@@ -448,6 +455,18 @@ class EdgeService:
         last = 0.0
         try:
             async for chunk in resp.content.iter_any():
+                if st.response_started and _plain_events(chunk, splitter):
+                    # Fast path, nearly every chunk: whole events, no usage, no error. Forward as is.
+                    st.chunks += chunk.count(b"\n\n")
+                    now = time.monotonic()
+                    itl_hist.observe(now - last)
+                    last = now
+                    if chunk.startswith(b"data: [DONE]") or chunk.endswith(b"data: [DONE]\n\n"):
+                        saw_done = True
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    if saw_done:
+                        break
+                    continue
                 out = held
                 for event in splitter.feed(chunk):
                     if event.startswith(b"data: [DONE]"):
@@ -473,7 +492,7 @@ class EdgeService:
                         continue
                     held = []
                     st.ttft_ms = (now - st.t0) * 1000
-                    self.metrics.ttft.labels(*labels).observe(now - st.t0)
+                    self.metrics.child(self.metrics.ttft, *labels).observe(now - st.t0)
                     self.router.first_byte(ticket, st.ttft_ms)
                     headers = SSE_HEADERS + _headers({**st.rate_headers, "x-request-id": st.request_id})
                     await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -488,7 +507,7 @@ class EdgeService:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             failure = exc
         if not st.response_started:
-            self.metrics.errors.labels(req.model, ticket.replica.id, "before_first_byte").inc()
+            self.metrics.child(self.metrics.errors, req.model, ticket.replica.id, "before_first_byte").inc()
             self._release(st, ticket, False)
             return RETRY
         if saw_done and not upstream_error:
@@ -498,7 +517,7 @@ class EdgeService:
             return DONE_OK
         # Failed after the first byte: the client gets an error event and [DONE] now, never a hang.
         log.info("stream from replica %s broke: %r", ticket.replica.id, failure)
-        self.metrics.errors.labels(req.model, ticket.replica.id, "mid_stream").inc()
+        self.metrics.child(self.metrics.errors, req.model, ticket.replica.id, "mid_stream").inc()
         self._release(st, ticket, False if not upstream_error else True)
         st.status, st.http_status = "error", 200
         tail = b"" if upstream_error else error_event("The model replica failed while streaming; please retry.")
@@ -525,13 +544,13 @@ class EdgeService:
             self._spawn(self.limiter.settle(st.lease, prompt + completion))
         model = st.model or "unknown"
         duration = now - st.t0
-        self.metrics.requests.labels(model, st.priority, st.status, str(st.http_status)).inc()
-        self.metrics.duration.labels(model, st.priority).observe(duration)
+        self.metrics.child(self.metrics.requests, model, st.priority, st.status, str(st.http_status)).inc()
+        self.metrics.child(self.metrics.duration, model, st.priority).observe(duration)
         if st.replica is not None and st.usage is not None:
             rid = st.replica.id
-            self.metrics.prompt_tokens.labels(model, rid).inc(prompt)
-            self.metrics.cached_tokens.labels(model, rid).inc(cached)
-            self.metrics.completion_tokens.labels(model, rid).inc(completion)
+            self.metrics.child(self.metrics.prompt_tokens, model, rid).inc(prompt)
+            self.metrics.child(self.metrics.cached_tokens, model, rid).inc(cached)
+            self.metrics.child(self.metrics.completion_tokens, model, rid).inc(completion)
         if st.tenant is not None and st.variant is not None and completion:
             self.admission.queue(st.variant.id).charge_output(st.tenant.id, st.tenant.weight, completion)
         if st.tenant is None or self.usage is None:

@@ -25,6 +25,9 @@ class SseSplitter:
         data = self._tail + chunk if self._tail else chunk
         if b"\r\n" in data:
             data = data.replace(b"\r\n", b"\n")
+        if b"\n\n" not in data:
+            self._tail = data
+            return []
         parts = data.split(b"\n\n")
         self._tail = parts.pop()
         return [p + b"\n\n" for p in parts if p.strip()]
