@@ -56,6 +56,37 @@ def processes_with_env(marker: str) -> list[tuple[int, str]]:
     return found
 
 
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state letter, start time) of a live process, else None."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def descendants(root: int) -> dict[int, int]:
+    """Every process below ``root`` → its start time (a pid reused later is not mistaken for it)."""
+    parents: dict[int, list[int]] = {}
+    starts: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (st := _stat(int(entry.name))) is not None:
+            parents.setdefault(st[0], []).append(int(entry.name))
+            starts[int(entry.name)] = st[2]
+    found, todo = {}, [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found[child] = starts[child]
+            todo.append(child)
+    return found
+
+
+def still_alive(snapshot: dict[int, int]) -> list[int]:
+    return [pid for pid, start in snapshot.items()
+            if (st := _stat(pid)) is not None and st[2] == start and st[1] not in "ZX"]
+
+
 @pytest.fixture(scope="module")
 def fresh_database() -> Iterator[str]:
     name = f"nimbus_e2e_{os.getpid()}_{uuid.uuid4().hex[:8]}"
@@ -80,6 +111,7 @@ def platform(fresh_database: str, tmp_path_factory) -> Iterator[Running]:
             [sys.executable, "-m", "controlplane.embedded", "--no-demo", "--state-dir", str(state / "nimbus"),
              "--api-port", "0", "--edge-port", "0", "--database-url", fresh_database, "--status-file", str(status)],
             cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    tree: dict[int, int] = {}
     try:
         deadline = time.monotonic() + 90
         while not status.exists():
@@ -87,8 +119,10 @@ def platform(fresh_database: str, tmp_path_factory) -> Iterator[Running]:
                 raise RuntimeError(f"platform did not start:\n{(state / 'runner.log').read_text()[-4000:]}")
             time.sleep(0.2)
         info = json.loads(status.read_text())
-        yield Running(info["api_url"], info["edge_url"], Path(info["state_dir"]), info["admin_token"], proc)
+        running = Running(info["api_url"], info["edge_url"], Path(info["state_dir"]), info["admin_token"], proc)
+        yield running
     finally:
+        tree.update(descendants(proc.pid))  # everything it runs now, agents and engines included
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
             try:
@@ -96,7 +130,8 @@ def platform(fresh_database: str, tmp_path_factory) -> Iterator[Running]:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        left = processes_with_env(f"NIMBUS_STATE_DIR={state / 'nimbus'}")
-        for pid, _ in left:  # never leave strays behind, even when the assertion below fails
+        left = sorted(set(still_alive(tree)) | {pid for pid, _ in processes_with_env(
+            f"NIMBUS_STATE_DIR={state / 'nimbus'}")})
+        for pid in left:  # never leave strays behind, even when the assertion below fails
             os.kill(pid, signal.SIGKILL)
-        assert left == [], f"processes left behind: {left}"
+        assert len(tree) >= 9 and left == [], f"processes left behind: {left} (of {len(tree)})"
