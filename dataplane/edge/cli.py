@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> None:
 
     app = EdgeApp(EdgeService(settings, factory))
     uvicorn.run(app, host=settings.host, port=settings.port, loop="uvloop", http="httptools", lifespan="on",
-                access_log=False, log_level=args.log_level.lower(), timeout_keep_alive=75)
+                access_log=False, log_level=args.log_level.lower(), timeout_keep_alive=75,
+                proxy_headers=False, server_header=False, date_header=False)
 
 
 if __name__ == "__main__":

@@ -367,6 +367,7 @@ class EdgeService:
             ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now)
             ticket.tenant_id = tenant.id
             guard.acquired(tenant.id, now)
+            self.metrics.child(self.metrics.inflight, ticket.replica.id).set(self.router.load(ticket.replica.id).inflight)
             st.ticket = ticket
             queue.charge_admit(tenant.id, tenant.weight, route_req.prompt_tokens)
             rid = ticket.replica.id
@@ -390,6 +391,8 @@ class EdgeService:
         if not ticket.closed:
             self.share_guard(ticket.replica.variant_id).released(ticket.tenant_id)
         self.router.release(ticket, ok, time.monotonic(), reported)
+        rid = ticket.replica.id
+        self.metrics.child(self.metrics.inflight, rid).set(self.router.load(rid).inflight)
         self.admission.pump(ticket.replica.variant_id)
 
     async def _forward(self, st: RequestState, ticket: Ticket, path: str, payload: bytes, send: Send,
