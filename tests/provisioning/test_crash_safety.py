@@ -17,7 +17,8 @@ import pytest
 
 from controlplane.config import Settings
 from controlplane.models import NodeState, OperationKind
-from controlplane.tasks.app import app, configure_app
+from controlplane.tasks.app import app
+from tests.provisioning.celery_harness import use_broker
 from tests.provisioning.conftest import aws_catalog, setup_pool
 from tests.provisioning.helpers import nodes, operations, wait_for
 from tests.provisioning.slow_proxy import SlowProxy
@@ -76,8 +77,7 @@ def live_instances(ec2: Any, **tags: str) -> list[dict]:
 @pytest.fixture
 def sender(settings: Settings, celery_keys_cleanup) -> Iterator[Any]:
     """This process only sends tasks (to the same Redis prefix the subprocess workers read)."""
-    app.close()
-    configure_app(app, settings)
+    use_broker(settings)
     yield app
     app.close()
 
