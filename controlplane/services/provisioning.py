@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import ColumnElement, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, lazyload
 
 from controlplane.config import Settings
 from controlplane.models import (
@@ -68,6 +68,7 @@ class NodeView:
     state: NodeState
     spot: bool  # pending: wants spot; launched: runs on spot
     created_at: dt.datetime
+    drain_deadline_at: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -172,17 +173,17 @@ def begin_drain(session: Session, node: Node, now: dt.datetime, settings: Settin
         return [op] if op else []
     transition(session, node, S.draining, reason="scale down")
     node.drain_deadline_at = now + dt.timedelta(seconds=settings.drain_timeout_s)
-    return [
-        Operation(
-            kind=OperationKind.drain,
-            state=OperationState.running,
-            pool_id=node.pool_id,
-            node_id=node.id,
-            idempotency_key=drain_key(node.id),
-            history=[],
-            deadline_at=node.drain_deadline_at,
-        )
-    ]
+    op = Operation(
+        kind=OperationKind.drain,
+        state=OperationState.running,
+        pool_id=node.pool_id,
+        node_id=node.id,
+        idempotency_key=drain_key(node.id),
+        history=[],
+        deadline_at=node.drain_deadline_at,
+    )
+    session.add(op)
+    return [op]
 
 
 # ---------------------------------------------------------------- reconcile
@@ -195,45 +196,84 @@ class PoolChanges:
     drained_nodes: list[uuid.UUID] = field(default_factory=list)  # finished draining this tick
 
 
-def reconcile_pool(
-    session: Session, pool: Pool, now: dt.datetime, settings: Settings, nodes: Sequence[Node] | None = None
-) -> PoolChanges:
-    """Bring one pool toward ``pool.desired_replicas`` (reads nothing else to decide size).
+def node_views(session: Session, pool_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[NodeView]]:
+    """The reconciled nodes of ``pool_ids`` as plain tuples: one query, no ORM objects, no locks.
 
-    ``nodes`` are the pool's nodes in ``RECONCILED_STATES``, locked by the caller; pass
-    ``None`` to load them here. New nodes are added to the session, their operations are
-    returned (add them after flushing the nodes: the operations reference them).
+    Only the few nodes a tick actually changes are loaded as objects (and locked) later.
     """
-    if nodes is None:
-        nodes = session.scalars(
-            select(Node).where(Node.pool_id == pool.id, Node.state.in_(RECONCILED_STATES)).with_for_update()
-        ).all()
-    changes = PoolChanges()
-    for node in nodes:
-        if node.state == S.draining and node.drain_deadline_at is not None and node.drain_deadline_at <= now:
-            if op := begin_termination(session, node, now, settings, reason="drain finished"):
-                changes.operations.append(op)
-            changes.drained_nodes.append(node.id)
-    plan = plan_pool(
-        pool.desired_replicas,
-        pool.spot_policy,
-        pool.spot_base_on_demand,
-        [NodeView(n.id, n.state, n.spot, n.created_at) for n in nodes],
+    views: dict[uuid.UUID, list[NodeView]] = defaultdict(list)
+    rows = session.execute(
+        select(Node.pool_id, Node.id, Node.state, Node.spot, Node.created_at, Node.drain_deadline_at).where(
+            Node.pool_id.in_(pool_ids), Node.state.in_(RECONCILED_STATES)
+        )
     )
-    for spot in plan.launch:
-        _, op = add_node(session, pool, now, settings, spot=spot)
-        changes.operations.append(op)
-    by_id = {n.id: n for n in nodes}
-    for node_id in plan.remove:
-        changes.operations.extend(begin_drain(session, by_id[node_id], now, settings))
-        if by_id[node_id].state == S.draining:
-            changes.draining_nodes.append(node_id)
-    changes.launched, changes.removed = len(plan.launch), len(plan.remove)
-    settled = all(n.state in (S.booting, S.ready) for n in nodes if n.state in REMOVAL_RANK)
-    if settled and not plan.launch and pool.capacity_status == CAPACITY_UNAVAILABLE:
-        pool.capacity_status = None
-    pool.last_reconciled_at = now
+    for pool_id, node_id, state, spot, created_at, drain_deadline_at in rows:
+        views[pool_id].append(NodeView(node_id, state, spot, created_at, drain_deadline_at))
+    return views
+
+
+def _lock_nodes(session: Session, views: dict[uuid.UUID, NodeView]) -> dict[uuid.UUID, Node]:
+    """Lock the nodes about to change; drop any whose state moved since it was read."""
+    if not views:
+        return {}
+    locked = session.scalars(select(Node).where(Node.id.in_(list(views))).with_for_update())
+    return {n.id: n for n in locked if n.state == views[n.id].state}
+
+
+def reconcile_pools(
+    session: Session, pools: Sequence[Pool], now: dt.datetime, settings: Settings,
+    views: dict[uuid.UUID, list[NodeView]] | None = None,
+) -> PoolChanges:
+    """Bring each pool toward ``pool.desired_replicas`` (the only input that sizes it).
+
+    New nodes are flushed before their launch operations (which reference them). The
+    caller holds the pools' row locks and commits.
+    """
+    if views is None:
+        views = node_views(session, [p.id for p in pools])
+    changes = PoolChanges()
+    plans: list[tuple[Pool, PoolPlan]] = []
+    touched: dict[uuid.UUID, NodeView] = {}
+    finishing: set[uuid.UUID] = set()
+    for pool in pools:
+        pool_views = views.get(pool.id, [])
+        for v in pool_views:
+            if v.state == S.draining and v.drain_deadline_at is not None and v.drain_deadline_at <= now:
+                touched[v.id] = v
+                finishing.add(v.id)
+        plan = plan_pool(pool.desired_replicas, pool.spot_policy, pool.spot_base_on_demand, pool_views)
+        touched.update((v.id, v) for v in pool_views if v.id in plan.remove)
+        plans.append((pool, plan))
+    nodes = _lock_nodes(session, touched)
+    for node_id in finishing & nodes.keys():
+        if op := begin_termination(session, nodes[node_id], now, settings, reason="drain finished"):
+            changes.operations.append(op)
+        changes.drained_nodes.append(node_id)
+    launches: list[Operation] = []
+    for pool, plan in plans:
+        for spot in plan.launch:
+            launches.append(add_node(session, pool, now, settings, spot=spot)[1])
+        for node_id in plan.remove:
+            if (node := nodes.get(node_id)) is None:
+                continue  # changed under us; the next tick sees its new state
+            changes.operations.extend(begin_drain(session, node, now, settings))
+            changes.removed += 1
+            if node.state == S.draining:
+                changes.draining_nodes.append(node_id)
+        changes.launched += len(plan.launch)
+        settled = all(v.state in (S.booting, S.ready) for v in views.get(pool.id, []) if v.state in REMOVAL_RANK)
+        if settled and not plan.launch and pool.capacity_status == CAPACITY_UNAVAILABLE:
+            pool.capacity_status = None
+        pool.last_reconciled_at = now
+    session.flush()  # nodes first: the launch operations reference them
+    session.add_all(launches)
+    changes.operations.extend(launches)
     return changes
+
+
+def reconcile_pool(session: Session, pool: Pool, now: dt.datetime, settings: Settings) -> PoolChanges:
+    """One pool; the seam the autoscaler's executor uses after it has set ``desired_replicas``."""
+    return reconcile_pools(session, [pool], now, settings)
 
 
 @dataclass
@@ -248,47 +288,33 @@ def reconcile_tick(session: Session, settings: Settings, now: dt.datetime) -> Ti
     """Reconcile every pool no other worker is reconciling, in a constant number of statements.
 
     Pools are claimed with ``FOR UPDATE SKIP LOCKED`` (two workers ticking at once split the
-    pools between them), their nodes are loaded and locked in one query, and all writes are
-    flushed in batches. Commit is the caller's (``session_scope``).
+    pools between them), their nodes are read in one query, only the nodes that change are
+    loaded and locked, and all writes are flushed in batches. Commit is the caller's.
     """
     pools = session.scalars(
         claimable(Pool, now, Pool.paused.is_(False))
+        .options(lazyload(Pool.variant))  # not needed here; a join would only slow the lock
         .order_by(Pool.last_reconciled_at.asc().nulls_first(), Pool.id)
         .limit(settings.reconcile_batch)
     ).all()
-    result = TickResult(pools=len(pools))
     if not pools:
-        return result
-    nodes_by_pool: dict[uuid.UUID, list[Node]] = defaultdict(list)
-    for node in session.scalars(
-        select(Node)
-        .where(Node.pool_id.in_([p.id for p in pools]), Node.state.in_(RECONCILED_STATES))
-        .with_for_update()
-    ):
-        nodes_by_pool[node.pool_id].append(node)
-    operations: list[Operation] = []
-    draining: list[uuid.UUID] = []
-    drained: list[uuid.UUID] = []
-    for pool in pools:
-        changes = reconcile_pool(session, pool, now, settings, nodes_by_pool.get(pool.id, []))
-        operations.extend(changes.operations)
-        draining.extend(changes.draining_nodes)
-        drained.extend(changes.drained_nodes)
-        result.launched += changes.launched
-        result.removed += changes.removed
-    session.flush()  # nodes first: operations reference them
-    session.add_all(operations)
-    set_replica_states(session, draining, ReplicaState.draining)
-    set_replica_states(session, drained, ReplicaState.stopped)
-    if drained:
+        return TickResult()
+    changes = reconcile_pools(session, pools, now, settings)
+    set_replica_states(session, changes.draining_nodes, ReplicaState.draining)
+    set_replica_states(session, changes.drained_nodes, ReplicaState.stopped)
+    if changes.drained_nodes:
         session.execute(
             update(Operation)
-            .where(Operation.idempotency_key.in_([drain_key(n) for n in drained]))
+            .where(Operation.idempotency_key.in_([drain_key(n) for n in changes.drained_nodes]))
             .values(state=OperationState.succeeded, finished_at=now)
         )
     session.flush()
-    result.operations = [(op.id, op.kind) for op in operations if op.state == OperationState.pending]
-    return result
+    return TickResult(
+        pools=len(pools),
+        launched=changes.launched,
+        removed=changes.removed,
+        operations=[(op.id, op.kind) for op in changes.operations if op.state == OperationState.pending],
+    )
 
 
 def set_replica_states(session: Session, node_ids: Sequence[uuid.UUID], state: ReplicaState) -> None:
