@@ -13,8 +13,9 @@ from controlplane.models import CapacityBlock, NodeState, OperationKind
 from controlplane.services import sweeper
 from infra.bootstrap import parse_user_data
 from tests.infra.gce_double import InjectedError
+from tests.provisioning.celery_harness import celery_running
 from tests.provisioning.conftest import Clouds, gcp_catalog, setup_pool
-from tests.provisioning.helpers import converge, nodes, operations, pool_row, run_due, tick
+from tests.provisioning.helpers import converge, nodes, operations, pool_row, run_due, tick, wait_for
 
 CENTRAL = [{"cloud": "gcp", "region": "us-central1"}]
 BOTH = [*CENTRAL, {"cloud": "gcp", "region": "us-east4"}]
@@ -75,11 +76,11 @@ async def test_capacity_error_in_first_zone_launches_in_the_next(client, admin, 
     assert [h["zone"] for h in second.history] == ["us-central1-b"]
 
 
-async def test_quota_error_moves_to_the_next_region(client, admin, settings, gce, gcp):
+async def test_quota_error_moves_to_the_next_region(client, admin, settings, gce, gcp, tmp_path, celery_keys_cleanup):
     gce.inject(InjectedError("us-central1-a", "QUOTA_EXCEEDED", "Quota 'NVIDIA_L4_GPUS' exceeded in region us-central1"))
     pool = await setup_pool(client, admin, gcp_catalog(), BOTH, min_replicas=1, max_replicas=1)
-    converge(settings, Clouds(gcp=gcp))
-    [node] = nodes(settings, pool["id"], NodeState.booting)
+    with celery_running(settings, Clouds(gcp=gcp), tmp_path):  # a real worker and beat, Redis broker
+        [node] = wait_for(lambda: nodes(settings, pool["id"], NodeState.booting), timeout=60)
     assert (node.region, node.zone) == ("us-east4", "us-east4-a")
     [op] = operations(settings, pool["id"], OperationKind.launch)
     # us-central1-b was never tried: the quota error blocked the whole region.
