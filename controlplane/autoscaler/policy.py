@@ -112,20 +112,24 @@ def learn_capacity(previous: float | None, obs: PoolObservation, config: Autosca
 
 def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, settled: bool,
                         config: AutoscalerConfig) -> float:
-    """SLO feedback on how much of the profiled capacity a replica really delivers.
+    """SLO feedback on how much of the profiled capacity a replica really delivers: grow it
+    slowly while a settled pool at its planned load keeps p95 TTFT well inside the SLO.
 
     A profile is taken on one replica in isolation; behind a load balancer a pool absorbs
-    more before its TTFT suffers, and a changed request mix can absorb less. Only ticks where
-    the pool was loaded about as planned teach anything: a breach under overload says the
-    pool is too small, not that replicas are slower."""
+    more before its TTFT suffers. The way back down is ``cut_capacity_scale`` on a breach."""
     load, p95 = demand.load_per_replica, demand.ttft_p95_s
     if load is None or p95 is None or not settled:
         return scale
-    if p95 > slo_s and 0.8 * scale <= load <= 1.05 * scale:
-        scale *= 1 - config.capacity_scale_down_step
-    elif p95 < config.capacity_scale_slack * slo_s and load >= 0.9 * scale:
+    if p95 < config.capacity_scale_slack * slo_s and load >= 0.9 * scale:
         scale *= 1 + config.capacity_scale_up_step
     return min(config.capacity_scale_max, max(config.capacity_scale_min, scale))
+
+
+def cut_capacity_scale(scale: float, ready: int, config: AutoscalerConfig) -> float:
+    """A breach on a pool that looked big enough: believe one replica less of capacity, so
+    the extra replica the breach adds is still wanted once the breach has passed (otherwise
+    the next scale-down removes it and the breach comes back)."""
+    return max(config.capacity_scale_min, scale * ready / (ready + 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,10 +168,7 @@ def replicas_for(units: float) -> int:
 def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: Demand,
                   config: AutoscalerConfig) -> ReactiveNeed:
     stable_units = window_mean(samples, now, config.stable_window_s)
-    # The newest sample counts in full when it is the highest: a burst should be met in one
-    # step, not in as many steps as the panic window has ticks.
-    latest = samples[-1][1] if samples else 0.0
-    panic_units = max(window_mean(samples, now, config.panic_window_s), latest)
+    panic_units = window_mean(samples, now, config.panic_window_s)
     panic = replicas_for(panic_units)
     ready = max(1, demand.ready)
     queued_too_long = demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * ready
@@ -220,6 +221,8 @@ def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now:
     scale-up's replicas are a full window behind."""
     if demand.ttft_p95_s is None or demand.ttft_p95_s <= spec.ttft_slo_s or demand.ready == 0:
         return 0
+    if state.last_ttft_p95_s is not None and demand.ttft_p95_s < 0.98 * state.last_ttft_p95_s:
+        return 0  # improving: a backlog is draining, more replicas would arrive after it is gone
     if state.panic_until is not None and now < state.panic_until + config.ttft_window_s:
         return 0
     if state.last_scale_up_at is not None and now - state.last_scale_up_at < step_interval_s + config.ttft_window_s:
@@ -227,19 +230,20 @@ def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now:
     return demand.ready + 1
 
 
-def apply_hysteresis(need: float, current: int, need_samples: Sequence[tuple[float, float]], now: float,
-                     state: AutoscalerState, in_panic: bool, config: AutoscalerConfig) -> tuple[int, str]:
+def apply_hysteresis(need: float, latest: float, current: int, need_samples: Sequence[tuple[float, float]],
+                     now: float, state: AutoscalerState, in_panic: bool,
+                     config: AutoscalerConfig) -> tuple[int, str]:
     """Next target from the current one and the need (in replicas' worth, fractional).
 
-    Up at once, with a little headroom so a rising load is met in few steps. Down only when
-    the highest need of the hold window, plus headroom, frees a worthwhile share of the pool;
-    never while panicking, right after a scale-up, or without a full hold window of memory.
-    The gap between the two thresholds is the hysteresis band that stops flapping."""
+    Up as soon as the windowed need passes the target, sized by the newest sample when that
+    is higher (a step in load is then met in one step, not followed tick by tick as the
+    window's mean catches up), with headroom: more in panic, where the burst is still being
+    measured. Down only when the highest need of the hold window, plus headroom, frees a
+    worthwhile share of the pool; never while panicking, right after a scale-up, or without
+    a full hold window of memory. The gap between the thresholds is the hysteresis band."""
     if replicas_for(need) > current:
-        # A burst is still being measured when panic fires (the newest rate sample covers part
-        # of it), so panic steps take more headroom instead of a second step seconds later.
         headroom = config.panic_headroom if in_panic else config.scale_up_headroom
-        grown = max(replicas_for(need * (1 + headroom)),
+        grown = max(replicas_for(max(need, latest) * (1 + headroom)),
                     current + math.ceil(config.scale_up_min_fraction * current))
         return grown, f"scale up: need {need:.2f} > target {current}"
     if in_panic:
@@ -474,6 +478,10 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     if settled and not in_panic:
         breach = slo_breach_need(demand, spec, state, now, config.slo_breach_step_interval_s or horizon, config)
 
+    if breach and profiled:
+        scale = cut_capacity_scale(scale, demand.ready, config)
+        capacity = profiled * scale
+
     need = max(reactive.stable_units, predicted, float(breach), reactive.panic_units if in_panic else 0.0)
     reasons = []
     if reactive.panic_mode:
@@ -491,7 +499,10 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         target, why = 0, floor_reason
     else:
         current = state.target if state.target is not None else len(active)
-        target, why = apply_hysteresis(need, current, need_samples, now, state, in_panic, config)
+        target, why = apply_hysteresis(need, demand.units, current, need_samples, now, state, in_panic, config)
+        if target < current and reactive.panic > target:
+            # The drain would stop at the panic-window need anyway; shrink in one go later.
+            target, why = current, f"hold: panic-window need {reactive.panic} above the scale-down target {target}"
         if floor_reason:
             reasons.append(floor_reason)
     reasons.append(why)
@@ -524,6 +535,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         last_scale_down_at=now if state.target is not None and target < state.target else state.last_scale_down_at,
         tokens_per_replica_s=learned,
         capacity_scale=scale,
+        last_ttft_p95_s=demand.ttft_p95_s,
     )
     signals = {
         "active": len(active),

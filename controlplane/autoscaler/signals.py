@@ -108,6 +108,7 @@ class AutoscalerState:
     tokens_per_replica_s: float | None = None
     # Share of the profiled capacity a replica delivers inside the SLO, learned from TTFT.
     capacity_scale: float = 1.0
+    last_ttft_p95_s: float | None = None  # previous tick's, to tell a draining backlog apart
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

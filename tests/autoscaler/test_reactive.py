@@ -78,18 +78,25 @@ def test_falling_load_drains_only_after_the_hold_window():
 
 
 def test_never_drains_below_panic_need_even_when_target_drops():
-    # The stable window remembers a quiet minute, so the sized target is 1, but the last
-    # seconds are busier: the drain stops at what the panic window needs.
+    # The stable window remembers a quiet minute, so the sized target is 2, but the last
+    # seconds are busier: no drain below what the panic window needs. Rather than draining
+    # part of the way now and the rest later (two events), it holds and shrinks in one go.
     spec = make_spec(max_replicas=40)
     state = AutoscalerState(
+        target=6,
         demand_samples=tuple((float(t), 0.5) for t in range(-60, -10, 5)),
         need_samples=tuple((float(t), 1.0) for t in range(-600, 0, 5)),
     )
     obs = PoolObservation(now=0.0, replicas=pool_at(6, 0.5))
-    decision, _ = decide(spec, obs, state)
-    assert decision.target_replicas == 2  # ceil(1.0 * 1.1)
+    decision, state = decide(spec, obs, state)
     assert decision.signals["panic_need"] == 4
-    assert len(decision.drain) == 2
+    assert decision.drain == () and decision.target_replicas == 6
+    assert any("panic-window need" in r for r in decision.reasons)
+    # Ten quiet seconds later the whole surplus goes at once.
+    for now in (5.0, 10.0, 15.0):
+        decision, state = decide(spec, PoolObservation(now=now, replicas=pool_at(6, 0.1)), state)
+    assert decision.target_replicas == 2
+    assert len(decision.drain) == 4
 
 
 def test_min_and_max_replicas_are_respected():
