@@ -131,3 +131,19 @@ async def test_preempted_spot_node_is_replaced_in_another_zone(client, admin, se
     assert gone.id == first.id and gone.error.startswith("preempted")
     [replacement] = nodes(settings, pool["id"], NodeState.booting)
     assert replacement.zone == "us-central1-b" and replacement.spot
+
+
+async def test_spot_exhausted_everywhere_falls_back_to_on_demand(client, admin, settings, gce, gcp):
+    for zone in ("us-central1-a", "us-central1-b"):
+        gce.inject(capacity(zone))  # one refusal per zone: the spot attempts
+    pool = await setup_pool(client, admin, gcp_catalog(), CENTRAL, min_replicas=1, max_replicas=1,
+                            spot_policy="spot_with_fallback")
+    converge(settings, Clouds(gcp=gcp))
+    [node] = nodes(settings, pool["id"], NodeState.booting)
+    assert node.spot is False and node.zone == "us-central1-a"
+    [op] = operations(settings, pool["id"], OperationKind.launch)
+    assert [(h["zone"], h["spot"], h["ok"]) for h in op.history] == [
+        ("us-central1-a", True, False), ("us-central1-b", True, False), ("us-central1-a", False, True)]
+    zone, name = node.instance_id.split("/")
+    assert "scheduling" not in gce.instances[(zone, name)] or \
+        gce.instances[(zone, name)]["scheduling"].get("provisioningModel") != "SPOT"
