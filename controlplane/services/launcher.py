@@ -63,6 +63,9 @@ from infra.provider import Instance, LaunchRequest, ownership_tags
 log = logging.getLogger("nimbus.provisioning.launch")
 
 S = NodeState
+# A node whose VM is not recorded yet. Its agent may already have registered (booting, even
+# ready) when a worker died after the cloud call: the retry then only records the VM.
+WANTS_LAUNCH = (S.pending, S.provisioning, S.booting, S.ready)
 MIN_RETRY = dt.timedelta(seconds=1)
 
 
@@ -83,6 +86,7 @@ class LaunchJob:
     blocks: list[BlockEntry]
     avoid_zones: tuple[str, ...]
     failures: Mapping[tuple, int]  # recorded failed attempts per candidate (see idempotency_token)
+    agent_seen: bool = False  # the node's agent registered: its VM exists, never launch another
 
 
 @dataclass
@@ -126,9 +130,12 @@ def _claim(session: Session, settings: Settings, op_id: uuid.UUID, now: dt.datet
     # Lock order everywhere: operation, then pool, then node.
     pool = session.scalar(select(Pool).where(Pool.id == op.pool_id).with_for_update(of=Pool)) if op.pool_id else None
     node = session.scalar(select(Node).where(Node.id == op.node_id).with_for_update()) if op.node_id else None
-    if pool is None or node is None or node.state not in (S.pending, S.provisioning):
+    if pool is None or node is None or node.state not in WANTS_LAUNCH:
         finish_operation(op, OperationState.failed, now, "cancelled: the node is gone or no longer wanted")
         return "cancelled"
+    if node.instance_id is not None:
+        finish_operation(op, OperationState.succeeded, now)
+        return "already launched"
     if op.deadline_at is not None and op.deadline_at <= now:
         finish_operation(op, OperationState.failed, now, "launch deadline passed")
         transition(session, node, S.failed, reason="launch deadline passed", error=op.error)
@@ -138,7 +145,8 @@ def _claim(session: Session, settings: Settings, op_id: uuid.UUID, now: dt.datet
     lease = stamp([op], now, settings.lease_seconds)
     op.state = OperationState.running
     op.attempts += 1
-    transition(session, node, S.provisioning, reason="launch claimed")
+    if node.state == S.pending:
+        transition(session, node, S.provisioning, reason="launch claimed")
     variant = session.scalar(select(ModelVariant).where(ModelVariant.id == pool.variant_id))
     model_name = session.scalar(select(Model.name).where(Model.id == variant.model_id))
     spec = node_bootstrap.VariantSpec(
@@ -163,6 +171,7 @@ def _claim(session: Session, settings: Settings, op_id: uuid.UUID, now: dt.datet
         catalog=placement_catalog.load(session),
         blocks=blocklist.active_blocks(session, now),
         avoid_zones=recently_preempted_zones(session, pool.id, now, settings),
+        agent_seen=node.state in (S.booting, S.ready),
         failures=Counter(_candidate_key(h) for h in op.history or [] if h.get("ok") is False and "zone" in h),
     )
 
@@ -215,6 +224,8 @@ def _walk(
                      "cloud": adopted.cloud, "region": adopted.region, "zone": adopted.zone,
                      "instance_type": adopted.instance_type, "spot": adopted.spot, "instance_id": adopted.instance_id}
             return Outcome(instance=adopted, history=[entry])
+        if job.agent_seen:
+            return _failed(job, now, "the node's agent registered but its VM is not listed yet")
         ordered = candidates(
             job.catalog,
             placement_catalog.preferences(job.placement),

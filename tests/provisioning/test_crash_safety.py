@@ -3,6 +3,7 @@ with exactly one VM for the node, and a sweep removes anything untracked."""
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -16,11 +17,14 @@ from typing import Any
 import pytest
 
 from controlplane.config import Settings
-from controlplane.models import NodeState, OperationKind
+from controlplane.db.engine import session_scope
+from controlplane.models import NodeState, Operation, OperationKind
+from controlplane.services import agents, launcher
 from controlplane.tasks.app import app
+from infra.bootstrap import parse_user_data
 from tests.provisioning.celery_harness import use_broker
-from tests.provisioning.conftest import aws_catalog, setup_pool
-from tests.provisioning.helpers import nodes, operations, wait_for
+from tests.provisioning.conftest import Clouds, aws_catalog, setup_pool
+from tests.provisioning.helpers import nodes, operations, run_due, tick, wait_for
 from tests.provisioning.slow_proxy import SlowProxy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,3 +134,41 @@ async def test_sigkill_mid_launch_leaves_exactly_one_vm(
         assert [v["InstanceId"] for v in after] == [node.instance_id]
     finally:
         proxy.stop()
+
+
+class DiesAfterLaunch:
+    """Test double around a real provider: the VM is created, then the worker "dies" before recording it."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.cloud = inner, inner.cloud
+
+    def launch(self, req):
+        self.inner.launch(req)
+        raise RuntimeError("worker died after the cloud accepted the launch")
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+async def test_agent_registering_before_the_launch_is_recorded_keeps_its_vm(
+    client, admin, settings, aws, ec2, aws_template
+):
+    pool = await setup_pool(client, admin, aws_catalog(aws_template), [{"cloud": "aws", "region": "us-east-1"}],
+                            min_replicas=1, max_replicas=1)
+    [(op_id, _)] = tick(settings).operations
+    assert launcher.execute(settings, Clouds(aws=DiesAfterLaunch(aws)), op_id) == "retry"
+    [node] = nodes(settings, pool["id"])
+    [vm] = live_instances(ec2, **{"nimbus-node-id": str(node.id)})
+    assert node.instance_id is None and node.state == NodeState.provisioning
+    # The VM boots and its agent exchanges the bootstrap token from its user data (the real agent path).
+    raw = ec2.describe_instance_attribute(InstanceId=vm["InstanceId"], Attribute="userData")
+    token = parse_user_data(base64.b64decode(raw["UserData"]["Value"]).decode()).bootstrap_token
+    with session_scope(settings) as s:
+        agents.register(s, agents.RegisterRequest(node_id=node.id, bootstrap_token=token))
+    assert nodes(settings, pool["id"])[0].state == NodeState.booting
+    with session_scope(settings) as s:  # the retry is due after retry_delay_s
+        s.get(Operation, op_id).next_attempt_at = None
+    assert run_due(settings, Clouds(aws=aws)) == ["launched"]
+    [node] = nodes(settings, pool["id"])
+    assert node.state == NodeState.booting and node.instance_id == vm["InstanceId"]
+    assert len(live_instances(ec2, **{"nimbus-node-id": str(node.id)})) == 1
