@@ -2,17 +2,22 @@
 
 ``decide`` composes small pure pieces, each answering one question:
 
-* ``measure_demand``   how many replicas' worth of work is there right now (engine gauges:
-                       batch slots, queue, KV pool; and token rate over the per-replica capacity)?
-* ``reactive_need``    Knative-style stable and panic windows over that demand.
-* ``predictive_need``  what will the peak need be one cold start (p90 model-ready time) from now?
-* ``apply_hysteresis`` scale up at once, scale down only to the highest need of a hold window.
+* ``measure_demand``   how many replicas' worth of work is there now? The token rate over the
+                       per-replica capacity (profiled, times a scale learned from TTFT), and
+                       the engines' batch slots and KV pool when no backlog distorts them.
+* ``tune_capacity_scale`` / ``cut_capacity_scale``  SLO feedback on that capacity.
+* ``reactive_need``    Knative-style stable and panic windows over the demand; a queue that
+                       outgrows the pool triggers panic too (queues lead TTFT for LLMs).
+* ``predictive_need``  the forecast peak within one cold start (p90 model-ready time).
+* ``slo_breach_need``  one more replica when p95 TTFT breaches the SLO of a settled pool.
+* ``apply_hysteresis`` up at once with headroom; down only when a hold window agrees.
 * ``kind_floor`` / ``clamp_target``  warm floor, scale-to-zero, max replicas, tenant GPU quota.
 * ``split_by_capacity_type``  spot / on-demand mix with on-demand fallback while spot is out.
 * ``choose_drains``    which replicas to drain, never below the panic-window need.
-* ``consolidation_moves``  pack replicas to free half-empty nodes (drain before remove).
-"""
+* ``consolidation_moves``  pack replicas to free half-empty nodes (start, then drain).
 
+Every decision carries its reasons and the signals behind them, for the admin API.
+"""
 from __future__ import annotations
 
 import math
