@@ -66,12 +66,14 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--slots", type=int, default=4, help="max running requests per replica")
     ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--stream-interval", type=int, default=1, help="engine tokens per streamed chunk")
     ap.add_argument("--seed", type=int, default=11)
     args = ap.parse_args()
     n = args.others + 1
     keys = [bench_key(f"f{i}") for i in range(n)]
     edge_tenants = [{"name": f"tenant{i:02d}", "keys": [{"dev_key": k}]} for i, k in enumerate(keys)]
-    sim_args = ["--time-scale", str(args.time_scale), "--max-running-requests", str(args.slots)]
+    sim_args = ["--time-scale", str(args.time_scale), "--max-running-requests", str(args.slots),
+                "--stream-interval", str(args.stream_interval)]
     print(f"{args.others} tenants at {args.rate} req/s each + 1 tenant at {10 * args.rate} req/s; "
           f"{args.replicas} replicas x {args.slots} slots; {args.duration:.0f} s per phase")
     out = {}

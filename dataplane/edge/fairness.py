@@ -110,31 +110,39 @@ class ShareGuard:
     take a slot while enough stay free for the others' likely demand: each active tenant's recent
     peak concurrency plus ``burst_slots``, capped at the fair share, minus what it already holds.
     Tenants under their fair share are never held back, and a lone tenant may use the whole fleet.
-    The guard only binds a *heavy* tenant: one whose recent dispatch rate exceeds ``heavy_factor``
-    times the mean of the other active tenants, so evenly loaded tenants never throttle each other.
+    The guard only binds a *heavy* tenant: one whose recent request arrival rate exceeds
+    ``heavy_factor`` times the mean of the other active tenants, so evenly loaded tenants never
+    throttle each other.
     """
 
-    def __init__(self, burst_slots: float = 1.0, active_window_s: float = 10.0, heavy_factor: float = 2.0) -> None:
+    def __init__(self, burst_slots: float = 1.0, active_window_s: float = 10.0, heavy_factor: float = 2.0,
+                 rate_window_s: float = 2.0) -> None:
         self.burst_slots = burst_slots
         self.active_window_s = active_window_s
         self.heavy_factor = heavy_factor
+        self.rate_window_s = rate_window_s  # short, so a flood is recognised within a fraction of a second
         self.inflight: dict[str, int] = {}
         self.last_seen: dict[str, float] = {}
         self._peak: dict[str, tuple[int, float]] = {}  # tenant -> (peak concurrency, window start)
-        self._rate: dict[str, tuple[float, float]] = {}  # tenant -> (EWMA dispatches/s, as of)
+        self._rate: dict[str, tuple[float, float]] = {}  # tenant -> (EWMA arrivals/s, as of)
 
     def rate(self, tenant_id: str, now: float) -> float:
         value, at = self._rate.get(tenant_id, (0.0, now))
-        return value * math.exp(-(now - at) / self.active_window_s)
+        return value * math.exp(-(now - at) / self.rate_window_s)
 
-    def heavy(self, tenant_id: str, others: list[str], now: float) -> bool:
+    def heavy(self, tenant_id: str, others: list[str], fair: float, now: float) -> bool:
+        """Arriving much faster than the others, or holding far more than a fair share of slots."""
         if not others:
             return False
+        if self.inflight.get(tenant_id, 0) >= self.heavy_factor * fair:
+            return True
         mean_others = sum(self.rate(u, now) for u in others) / len(others)
         return self.rate(tenant_id, now) > self.heavy_factor * mean_others
 
     def seen(self, tenant_id: str, now: float) -> None:
+        """A request of this tenant arrived (its demand, whether or not it gets a slot)."""
         self.last_seen[tenant_id] = now
+        self._rate[tenant_id] = (self.rate(tenant_id, now) + 1.0 / self.rate_window_s, now)
 
     def active(self, now: float) -> list[str]:
         horizon = now - self.active_window_s
@@ -159,7 +167,7 @@ class ShareGuard:
         if self.inflight.get(tenant_id, 0) < fair:
             return True
         others = [u for u in active if u != tenant_id]
-        if not self.heavy(tenant_id, others, now):
+        if not self.heavy(tenant_id, others, fair, now):
             return True
         reserve = sum(max(0.0, min(fair, self.demand(u, now)) - self.inflight.get(u, 0)) for u in others)
         return free_slots > reserve
@@ -168,7 +176,6 @@ class ShareGuard:
         n = self.inflight[tenant_id] = self.inflight.get(tenant_id, 0) + 1
         peak, since = self._peak.get(tenant_id, (0, now))
         self._peak[tenant_id] = (n, now) if now - since > self.active_window_s else (max(peak, n), since)
-        self._rate[tenant_id] = (self.rate(tenant_id, now) + 1.0 / self.active_window_s, now)
 
     def released(self, tenant_id: str) -> None:
         left = self.inflight.get(tenant_id, 0) - 1
