@@ -28,7 +28,7 @@ def broker_settings(settings: Settings) -> dict[str, Any]:
             options["global_keyprefix"] = settings.celery_key_prefix
         return {"broker_url": settings.broker_url, "broker_transport_options": options}
     folder = (settings.state_dir / "broker").resolve()
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     return {
         "broker_url": "filesystem://",
@@ -37,6 +37,8 @@ def broker_settings(settings: Settings) -> dict[str, Any]:
             "data_folder_out": str(folder / "queue"),
             "processed_folder": str(folder / "processed"),
             "store_processed": False,
+            # Exchange tables (pidbox broadcasts) would otherwise land in the working directory.
+            "control_folder": str(folder / "control"),
         },
     }
 
