@@ -1,9 +1,11 @@
 """Fairness: one tenant floods at ten times the others' rate. The others' TTFT p99 with the flood,
 against their solo baseline (same router, no flood): Nimbus edge vs sglang-router, same fleet.
 
-    .venv/bin/python -m bench.edge.fairness [--rate 1.5] [--duration 20]
+    .venv/bin/python -m bench.edge.fairness [--rate 5] [--slots 16] [--duration 20]
 
-The flood alone asks for more than the fleet can serve, so something has to wait: sglang-router
+Defaults: 2 replicas x 16 running slots, the simulator at half speed (32 output tokens take about
+half a second), 4 tenants at 5 req/s and one at 50 req/s. The flood alone asks for more than the
+fleet can serve, so something has to wait: sglang-router
 (no notion of tenants) lets the flood fill the engines' queues; the edge keeps the excess in its
 fair queue and lets the quiet tenants through first.
 """
@@ -59,13 +61,13 @@ async def phase(url: str, tenant_list, args, flood: bool) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--others", type=int, default=4, help="well-behaved tenants")
-    ap.add_argument("--rate", type=float, default=1.5, help="req/s of each well-behaved tenant (flood: 10x)")
+    ap.add_argument("--rate", type=float, default=5.0, help="req/s of each well-behaved tenant (flood: 10x)")
     ap.add_argument("--duration", type=float, default=20.0)
     ap.add_argument("--prompt-words", type=int, default=200)
-    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--replicas", type=int, default=2)
-    ap.add_argument("--slots", type=int, default=4, help="max running requests per replica")
-    ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--slots", type=int, default=16, help="max running requests per replica")
+    ap.add_argument("--time-scale", type=float, default=0.5)
     ap.add_argument("--stream-interval", type=int, default=1, help="engine tokens per streamed chunk")
     ap.add_argument("--seed", type=int, default=11)
     args = ap.parse_args()
