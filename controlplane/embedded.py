@@ -203,6 +203,7 @@ class Platform:
         settings = self.settings()
         upgrade(settings.resolved_database_url)
         self.step(f"database ready ({'SQLite' if settings.is_sqlite else 'external'})")
+        self._kill_leftovers()  # first: a leftover worker could launch nodes while the fleet is retired
         stopped = retire_fleet(settings, self.state_dir / "local-cloud")
         if stopped:
             self.step(f"stopped {stopped} node(s) left over from an earlier run")
@@ -224,12 +225,30 @@ class Platform:
         }
         self.services |= started_here
         env = self.env()
+        self.console.print("  starting the API, a Celery worker and beat, and the edge…")
         for service in started_here.values():
             service.start(env, self.log_dir)
+        self._record_pids()
         self.wait_for(lambda: self.services["api"].healthy(), 60, "the API")
         self.step(f"API and console on {self.api_url}")
         self.wait_for(lambda: self.services["edge"].healthy(), 60, "the edge")
         self.step(f"edge on {self.edge_url}")
+
+    # A runner killed with SIGKILL cannot clean up; the next one does, from this file.
+    def _record_pids(self) -> None:
+        pids = {name: [s.proc.pid, _start_time(s.proc.pid)] for name, s in self.services.items() if s.proc}
+        (self.state_dir / "embedded-pids.json").write_text(json.dumps(pids))
+
+    def _kill_leftovers(self) -> None:
+        path = self.state_dir / "embedded-pids.json"
+        if not path.exists():
+            return
+        for name, (pid, started) in json.loads(path.read_text()).items():
+            if started is not None and _start_time(pid) == started:  # the same process, not a reused pid
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                self.step(f"stopped {name} left over from an earlier run")
+        path.unlink()
 
     def _start_redis(self) -> None:
         binary = shutil.which("redis-server")
@@ -252,6 +271,7 @@ class Platform:
         else:
             raise RuntimeError(f"redis-server would not start; see {self.log_dir / 'redis.log'}")
         self.services["redis"] = redis
+        self._record_pids()
         self.redis_url = f"redis://127.0.0.1:{port}/0"
         self.step(f"private Redis on port {port}")
 
@@ -379,6 +399,7 @@ Logs: {self.log_dir}  ·  Ctrl-C stops everything.
         for name in ("edge", "api", "redis"):
             if name in self.services:
                 self.services[name].stop()
+        (self.state_dir / "embedded-pids.json").unlink(missing_ok=True)
         self.console.print(f"stopped {len(self.services)} services and {stopped} node(s)")
 
     def supervise(self, stop: threading.Event) -> None:
@@ -388,6 +409,14 @@ Logs: {self.log_dir}  ·  Ctrl-C stops everything.
                     self.console.print(f"[red]✗[/red] {service.name} exited with {service.proc.returncode}; "
                                        f"see {self.log_dir / (service.name + '.log')}")
                     return
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(raw[raw.rindex(")") + 2:].split()[19])
 
 
 def _pong(port: int) -> bool:
@@ -465,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
                         edge_port=free_port(args.edge_port), database_url=args.database_url,
                         demo=not args.no_demo, status_file=args.status_file)
     os.environ.update({"NIMBUS_STATE_DIR": str(platform.state_dir)})
+    # Installed explicitly: a shell starting us in the background (`make run &`) leaves SIGINT ignored.
+    signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     code = 0
     try:
