@@ -16,6 +16,7 @@ from controlplane.api.app import create_app
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
+from controlplane.embedded import LOCAL_CATALOG
 from controlplane.models import Node, NodeState
 from controlplane.services.nodes import transition
 from controlplane.services.secrets import new_token
@@ -24,22 +25,6 @@ from tests.live_server import serve
 
 ADMIN_TOKEN = "agent-tests-admin-token-0123456789"
 EDGE_TOKEN = "agent-tests-edge-token-0123456789"
-LOCAL_CATALOG = {
-    "version": 1,
-    "generated_by": "tests/agent",
-    "clouds": [{
-        "name": "local",
-        "regions": [{
-            "name": "local",
-            "template": {"kind": "local", "id": "local"},
-            "zones": [{"name": "local-a"}],
-            "instance_types": [
-                {"name": "sim-1gpu", "gpu_type": "sim", "gpu_count": 1, "gpu_memory_gb": 80, "on_demand_price": 0},
-                {"name": "sim-2gpu", "gpu_type": "sim", "gpu_count": 2, "gpu_memory_gb": 80, "on_demand_price": 0},
-            ],
-        }],
-    }],
-}
 # The simulator runs 20× faster than real time and loads in 0.2 s: tests stay short.
 FAST_AGENT_ENV = {
     "NIMBUS_AGENT_HEARTBEAT_S": "0.5",
@@ -106,7 +91,7 @@ def make_node(cp: ControlPlane, pool: Pool, *, gpus: int = 1, ttl_s: float = 600
     token, digest = new_token()
     with session_scope(cp.settings) as s:
         node = Node(pool_id=uuid.UUID(pool.id), cloud="local", region="local", zone="local-a",
-                    instance_type=f"sim-{gpus}gpu", gpus_total=gpus, launch_token=uuid.uuid4().hex,
+                    instance_type="sim-1gpu", gpus_total=gpus, launch_token=uuid.uuid4().hex,
                     bootstrap_token_sha256=digest, bootstrap_expires_at=utcnow() + dt.timedelta(seconds=ttl_s))
         s.add(node)
         s.flush()

@@ -85,3 +85,23 @@ def test_flags_gpus_and_engine_choice():
     assert choose_engine("auto", []) == "sim" and choose_engine("sim", [0, 1]) == "sim"
     with pytest.raises(ValueError):
         engine_command(FP8, engine="vllm", python="p", host="h", port=1)
+
+
+def test_restart_backoff_doubles_up_to_a_cap():
+    from dataplane.agent.engine import restart_delay
+
+    assert [restart_delay(n) for n in range(0, 9)] == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    assert restart_delay(3, base_s=0.5, cap_s=1.5) == 1.5
+
+
+def test_logs_are_one_json_object_per_line():
+    import json
+    import logging
+
+    from dataplane.agent.logs import JsonFormatter
+
+    record = logging.LogRecord("nimbus.agent", logging.WARNING, __file__, 1, "engine exited", None, None)
+    record.replica, record.exit_code = "r-1", -9
+    line = json.loads(JsonFormatter({"node": "n-1"}).format(record))
+    assert line | {"ts": None} == {"ts": None, "level": "warning", "logger": "nimbus.agent", "msg": "engine exited",
+                                   "node": "n-1", "replica": "r-1", "exit_code": -9}

@@ -17,15 +17,11 @@ import httpx
 import openai
 import pytest
 
+from controlplane.embedded import LOCAL_CATALOG
 from dataplane.agent import scrape
 from tests.e2e.conftest import Running
 
 pytestmark = pytest.mark.slow
-
-CATALOG = {"version": 1, "clouds": [{"name": "local", "regions": [{
-    "name": "local", "template": {"kind": "local", "id": "local"}, "zones": [{"name": "local-a"}],
-    "instance_types": [{"name": "sim-1gpu", "gpu_type": "sim", "gpu_count": 1, "gpu_memory_gb": 80,
-                        "on_demand_price": 0}]}]}]}
 
 
 def ok(resp: httpx.Response) -> dict:
@@ -48,7 +44,7 @@ def wait(predicate, timeout: float, what: str, poll: float = 0.25):
 def tenant_pool(platform: Running) -> dict:
     """Seeded through the admin API only: catalog, tenant + key, a two-tier model, a 2-replica pool."""
     with platform.admin as api:
-        ok(api.post("/catalog/import", json=CATALOG))
+        ok(api.post("/catalog/import", json=LOCAL_CATALOG))
         tenant = ok(api.post("/tenants", json={"name": f"acme-{uuid.uuid4().hex[:6]}"}))
         key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference", "manage"]}))
         model = ok(api.post("/models", json={"name": "llama-e2e", "default_tier": "bf16", "variants": [
