@@ -3,7 +3,8 @@ sglang-router cache_aware vs round robin, on the same simulator fleet (caches fl
 
     .venv/bin/python -m bench.edge.routing [--tenants 32] [--users 3] [--turns 4]
 
-Dozens of tenants, each with a long system prompt; several users per tenant in multi-turn chats.
+Dozens of tenants, each with a long system prompt; several users per tenant (Zipf-distributed
+tenant sizes, as on a real platform) in multi-turn chats.
 Four replicas whose KV cache cannot hold every tenant's prefix at once, but could if the prefixes
 were partitioned across them. Reports TTFT p50/p90/p99, output tokens/s and the prompt cache hit
 rate (cached / prompt tokens, as the engines report them).
@@ -31,14 +32,22 @@ from bench.edge.workload import conversation, tenants
 from dataplane.sim.process import sim_fleet
 
 
+def users_per_tenant(args) -> list[int]:
+    """Tenant sizes follow a Zipf law (a few big tenants, a long tail), as real platforms see;
+    ``--zipf 0`` gives every tenant ``--users`` users."""
+    total = args.users * args.tenants
+    weights = [1.0 / (i + 1) ** args.zipf for i in range(args.tenants)]
+    return [max(1, round(total * w / sum(weights))) for w in weights]
+
+
 async def run_workload(url: str, tenant_list, args) -> dict[str, float]:
     rng = random.Random(args.seed)
     async with new_session() as session:
         client = Client(url, session)
         t0 = time.monotonic()
         jobs = []
-        for t in tenant_list:
-            for _ in range(args.users):
+        for t, users in zip(tenant_list, users_per_tenant(args), strict=True):
+            for _ in range(users):
                 jobs.append(conversation(client, t, random.Random(rng.random()), args.turns, args.think,
                                          args.user_words, args.max_tokens, rng.uniform(0, args.ramp)))
         await asyncio.gather(*jobs)
@@ -60,6 +69,7 @@ def main() -> None:
     ap.add_argument("--tenants", type=int, default=32)
     ap.add_argument("--users", type=int, default=3)
     ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--zipf", type=float, default=1.0, help="skew of users across tenants (0 = even)")
     ap.add_argument("--prefix-words", type=int, default=1200)
     ap.add_argument("--user-words", type=int, default=40)
     ap.add_argument("--max-tokens", type=int, default=32)
@@ -75,7 +85,9 @@ def main() -> None:
     edge_tenants = [{"name": f"tenant{i:02d}", "keys": [{"dev_key": k}]} for i, k in enumerate(keys)]
     sim_args = ["--time-scale", str(args.time_scale), "--max-total-tokens", str(args.kv_tokens),
                 "--max-running-requests", "32", "--schedule-policy", "lpm"]
-    print(f"{args.tenants} tenants x {args.users} users x {args.turns} turns, ~{args.prefix_words}-token system "
+    sizes = users_per_tenant(args)
+    print(f"{args.tenants} tenants, {sum(sizes)} users (largest tenant {sizes[0]}, zipf {args.zipf}) x {args.turns} "
+          f"turns, ~{args.prefix_words}-token system "
           f"prompts; {args.replicas} replicas x {args.kv_tokens} KV tokens "
           f"(all prefixes: ~{args.tenants * args.prefix_words} tokens)")
     results = {}
