@@ -356,6 +356,9 @@ class Platform:
 
     def print_usage(self, demo: dict[str, str]) -> None:
         key, model = demo["api_key"], demo["model"]
+        python = Path(sys.executable)  # the virtualenv's, which has the openai SDK
+        with contextlib.suppress(ValueError):
+            python = python.relative_to(Path.cwd())
         print(f"""
 Nimbus is running. Console: {self.api_url}/console/login (sign in with the API key below)
 
@@ -364,7 +367,7 @@ export NIMBUS_API_KEY={key}
 
 curl -sN $NIMBUS_EDGE_URL/v1/chat/completions -H "Authorization: Bearer $NIMBUS_API_KEY" -H 'Content-Type: application/json' -d '{{"model": "{model}", "stream": true, "messages": [{{"role": "user", "content": "Hello!"}}]}}'
 
-python - <<'EOF'
+{python} - <<'EOF'
 import os, openai
 client = openai.OpenAI(base_url=os.environ["NIMBUS_EDGE_URL"] + "/v1", api_key=os.environ["NIMBUS_API_KEY"])
 for chunk in client.chat.completions.create(model="{model}", stream=True, messages=[{{"role": "user", "content": "Hello!"}}]):

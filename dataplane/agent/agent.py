@@ -33,7 +33,15 @@ import uvicorn
 from dataplane.agent import artifacts, scrape, template
 from dataplane.agent.client import ControlPlaneClient, Unauthorized
 from dataplane.agent.config import AgentOptions
-from dataplane.agent.engine import READY, Replica, Supervisor, SupervisorOptions, build_replica
+from dataplane.agent.engine import (
+    DRAINING,
+    FAILED,
+    READY,
+    Replica,
+    Supervisor,
+    SupervisorOptions,
+    build_replica,
+)
 from dataplane.agent.metrics import AgentMetrics
 from dataplane.agent.server import AgentHttp
 from infra.bootstrap import AgentConfig
@@ -269,7 +277,7 @@ class NodeAgent:
             await sup.run()
         except Exception:
             log.exception("supervisor failed", extra={"slot": sup.replica.slot})
-            sup.replica.state = "failed"
+            sup.replica.state = FAILED
             await self._report_replicas()
 
     async def _on_replica_change(self, replica: Replica, event: str) -> None:
@@ -300,7 +308,7 @@ class NodeAgent:
         self._last_scrape = now
 
         async def one(r: Replica) -> None:
-            if r.pid is None or r.state not in (READY, "draining"):
+            if r.pid is None or r.state not in (READY, DRAINING):
                 return
             try:
                 resp = await self.http.get(r.url + "/metrics", timeout=3.0)

@@ -206,14 +206,14 @@ class Supervisor:
         log.info("engine started", extra={"replica": r.id, "slot": r.slot, "pid": r.proc.pid, "port": r.port,
                                            "gpus": r.gpu_ids, "argv": r.argv})
 
-    async def _poll(self, path: str, deadline: float) -> bool:
+    async def _poll(self, path: str, deadline: float, request_timeout_s: float = 5.0) -> bool:
         """Until ``path`` answers 200; False if the process died or the deadline passed first."""
         r = self.replica
         while time.monotonic() < deadline and not self._stopping.is_set():
             if r.proc is None or r.proc.returncode is not None:
                 return False
             try:
-                resp = await self.http.get(r.url + path, timeout=max(1.0, self.options.poll_s * 50))
+                resp = await self.http.get(r.url + path, timeout=request_timeout_s)
                 if resp.status_code == 200:
                     return True
             except httpx.HTTPError:
@@ -228,7 +228,8 @@ class Supervisor:
         if not await self._poll("/health", deadline):
             return False
         t1 = time.monotonic()
-        if not await self._poll("/health_generate", deadline):
+        # SGLang's /health_generate runs a real generation and waits up to 20 s for it.
+        if not await self._poll("/health_generate", deadline, request_timeout_s=30.0):
             return False
         t2 = time.monotonic()
         r.ready_times = ReadyTimes(download_s, t1 - t0, t2 - t1)

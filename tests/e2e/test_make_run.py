@@ -47,7 +47,17 @@ def test_make_run_prints_exports_that_work_and_ctrl_c_leaves_nothing(tmp_path: P
                 exports = dict(re.findall(r"^export (NIMBUS_\w+)=(\S+)$", output.decode(), re.MULTILINE))
         startup_s = time.monotonic() - started
         text = output.decode()
-        assert "/console/login" in text and "curl -sN $NIMBUS_EDGE_URL/v1/chat/completions" in text
+        assert "/console/login" in text
+        # The curl line and the SDK snippet, run exactly as printed (from the repo root, like `make run`).
+        curl = next(line for line in text.splitlines() if line.startswith("curl "))
+        snippet = re.search(r"^\S+ - <<'EOF'\n.*?^EOF$", text, re.MULTILINE | re.DOTALL)[0]
+        shell_env = {**os.environ, **exports}
+        streamed = subprocess.run(["bash", "-c", curl], cwd=REPO_ROOT, env=shell_env, capture_output=True,
+                                  text=True, timeout=60)
+        assert '"delta"' in streamed.stdout and streamed.stdout.rstrip().endswith("data: [DONE]"), streamed
+        printed = subprocess.run(["bash", "-c", snippet], cwd=REPO_ROOT, env=shell_env, capture_output=True,
+                                 text=True, timeout=60)
+        assert printed.returncode == 0 and printed.stdout.strip(), printed
 
         client = openai.OpenAI(base_url=exports["NIMBUS_EDGE_URL"] + "/v1", api_key=exports["NIMBUS_API_KEY"],
                                max_retries=0)
