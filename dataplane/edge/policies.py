@@ -29,6 +29,7 @@ class Candidate:
     load: ReplicaLoad
     rtt_ms: float
     capacity: int  # most concurrent requests the edge sends to this replica
+    bias_ms: float = 0.0  # how much slower than predicted this replica has recently been (see Router)
 
     @property
     def running(self) -> int:
@@ -124,9 +125,15 @@ class PredictedTtft:
 
     name = "predicted_ttft"
 
-    def __init__(self, index: PrefixIndex, model: TtftModel, uncached_penalty: float = 1.0) -> None:
+    def __init__(self, index: PrefixIndex, model: TtftModel, uncached_penalty: float = 1.0,
+                 balance_rel: float = 1.5, balance_abs: int = 4) -> None:
         self.index = index
         self.model = model
+        # "Sticky until saturated": a replica running more than balance_rel x the mean (+ balance_abs)
+        # is not offered while others are not; locality then picks among the rest. Unlike dropping to
+        # least-load, the cache still decides among the replicas that remain.
+        self.balance_rel = balance_rel
+        self.balance_abs = balance_abs
         # The prompt's own uncached prefill also delays every later request on that replica (and
         # duplicates a prefix in another KV cache). Scoring it (1 + penalty) times keeps a prefix on
         # its replica until the backlog there really costs more, instead of flipping on near-ties.
@@ -137,6 +144,7 @@ class PredictedTtft:
         cached = req.cached_tokens(self.index, cand.replica.id, now)
         uncached = req.prompt_tokens - cached
         ttft = self.model.predict(cand.rtt_ms, cand.load.pending_prefill_tokens + uncached, cand.running)
+        ttft = max(cand.rtt_ms, ttft + cand.bias_ms)
         # Computing new prefix blocks on a replica whose cache is full evicts someone else's prefix
         # (a future miss there); on an emptier replica it costs nothing. This spreads tenants' prefixes
         # evenly across the fleet's KV instead of by arrival-time load alone.
@@ -144,10 +152,18 @@ class PredictedTtft:
         score = ttft + (self.uncached_penalty + eviction) * uncached * self.model.prefill_ms_per_token
         return ttft, score, cached
 
+    def balanced(self, candidates: list[Candidate]) -> list[Candidate]:
+        if len(candidates) < 2:
+            return candidates
+        mean = sum(c.running for c in candidates) / len(candidates)
+        limit = self.balance_rel * mean + self.balance_abs
+        kept = [c for c in candidates if c.running <= limit]
+        return kept or candidates
+
     def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
         best: tuple[float, float, str] | None = None
         best_cand, best_ttft, best_cached = None, 0.0, 0
-        for cand in candidates:
+        for cand in self.balanced(candidates):
             ttft, score, cached = self.estimate(req, cand, now)
             key = (score, cand.utilisation, cand.replica.id)
             if best is None or key < best:
@@ -159,11 +175,12 @@ class PredictedTtft:
 POLICY_NAMES = ("predicted_ttft", "least_load", "round_robin")
 
 
-def make_policy(name: str, index: PrefixIndex, model: TtftModel, uncached_penalty: float = 1.0) -> RoutingPolicy:
+def make_policy(name: str, index: PrefixIndex, model: TtftModel, uncached_penalty: float = 1.0,
+                balance_rel: float = 1.5, balance_abs: int = 4) -> RoutingPolicy:
     if name == "round_robin":
         return RoundRobin()
     if name == "least_load":
         return LeastLoad()
     if name == "predicted_ttft":
-        return PredictedTtft(index, model, uncached_penalty)
+        return PredictedTtft(index, model, uncached_penalty, balance_rel, balance_abs)
     raise ValueError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")

@@ -3,6 +3,7 @@ the policy, and keeps the live per-replica bookkeeping the policies read."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from dataplane.edge.breaker import CircuitBreaker, RetryBudget
@@ -26,6 +27,7 @@ class Ticket:
     closed: bool = False
     tenant_id: str = ""
     prompt_tokens: int = 0
+    bias_at_dispatch: float = 0.0
 
 
 @dataclass(slots=True)
@@ -45,6 +47,16 @@ class Router:
     breakers: dict[str, CircuitBreaker] = field(default_factory=dict)
     health: dict[str, HealthState] = field(default_factory=dict)
     retry_budget: RetryBudget = field(default_factory=RetryBudget)
+    # replica id -> (EWMA of observed - predicted TTFT in ms, when last updated). It captures what the
+    # model does not (a slow or CPU-starved host, a throttled GPU, a long batch) and fades with time so a
+    # replica that was slow once is tried again.
+    bias: dict[str, tuple[float, float]] = field(default_factory=dict)
+    BIAS_ALPHA = 0.2
+    BIAS_FADE_S = 5.0
+
+    def bias_ms(self, replica_id: str, now: float) -> float:
+        value, at = self.bias.get(replica_id, (0.0, now))
+        return value * math.exp(-(now - at) / self.BIAS_FADE_S)
 
     # ---- state per replica ----
 
@@ -113,7 +125,8 @@ class Router:
                 continue
             if not self.health_of(r.id).healthy or not self.breaker(r.id).allows(now):
                 continue
-            out.append(Candidate(r, self.load(r.id), self.rtt_ms(catalog, r), self.capacity(r)))
+            out.append(Candidate(r, self.load(r.id), self.rtt_ms(catalog, r), self.capacity(r),
+                                 self.bias_ms(r.id, now)))
         return out
 
     def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
@@ -135,7 +148,8 @@ class Router:
             decision.predicted_cached_tokens = req.cached_tokens(self.index, replica.id, now)
         uncached = max(0, req.prompt_tokens - decision.predicted_cached_tokens)
         ticket = Ticket(replica, decision, reserved_tokens, uncached, load.pending_prefill_tokens + uncached,
-                        self.rtt_ms(catalog, replica), prompt_tokens=req.prompt_tokens)
+                        self.rtt_ms(catalog, replica), prompt_tokens=req.prompt_tokens,
+                        bias_at_dispatch=self.bias_ms(replica.id, now))
         load.inflight += 1
         load.inflight_tokens += reserved_tokens
         load.pending_prefill_tokens += uncached
@@ -143,12 +157,18 @@ class Router:
         self.index.record(replica.id, replica.max_total_tokens, req.hashes, now)
         return ticket
 
-    def first_byte(self, ticket: Ticket, ttft_ms: float) -> None:
+    def first_byte(self, ticket: Ticket, ttft_ms: float, now: float | None = None) -> None:
         if ticket.started or ticket.closed:
             return
         ticket.started = True
-        self.load(ticket.replica.id).pending_prefill_tokens -= ticket.uncached_tokens
+        rid = ticket.replica.id
+        self.load(rid).pending_prefill_tokens -= ticket.uncached_tokens
         self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms)
+        if ticket.decision.predicted_ttft_ms > 0 and now is not None:
+            previous = self.bias_ms(rid, now)
+            # predicted_ttft_ms already contains the bias at dispatch; compare against the model alone
+            residual = ttft_ms - (ticket.decision.predicted_ttft_ms - ticket.bias_at_dispatch)
+            self.bias[rid] = (previous + self.BIAS_ALPHA * (residual - previous), now)
 
     def release(self, ticket: Ticket, ok: bool | None, now: float,
                 reported: tuple[int, int] | None = None) -> None:

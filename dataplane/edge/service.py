@@ -130,7 +130,8 @@ class EdgeService:
         self.index = PrefixIndex(settings.prefix_block_chars, settings.chars_per_token, settings.prefix_ttl_s,
                                  settings.prefix_index_blocks)
         self.ttft_model = TtftModel(settings.prefill_ms_per_token, settings.decode_ms_per_running)
-        self.router = Router(settings, make_policy(settings.policy, self.index, self.ttft_model, settings.uncached_penalty), self.index,
+        self.router = Router(settings, make_policy(settings.policy, self.index, self.ttft_model, settings.uncached_penalty,
+                                         settings.balance_rel, settings.balance_abs), self.index,
                              self.ttft_model,
                              retry_budget=RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min_per_s))
         self.admission = Admission(settings.queue_max, settings.queue_timeout_s, time.monotonic)
@@ -496,7 +497,7 @@ class EdgeService:
                     held = []
                     st.ttft_ms = (now - st.t0) * 1000
                     self.metrics.child(self.metrics.ttft, *labels).observe(now - st.t0)
-                    self.router.first_byte(ticket, st.ttft_ms)
+                    self.router.first_byte(ticket, st.ttft_ms, now)
                     headers = SSE_HEADERS + _headers({**st.rate_headers, "x-request-id": st.request_id})
                     await send({"type": "http.response.start", "status": 200, "headers": headers})
                     st.response_started = True

@@ -30,7 +30,9 @@ class EdgeSettings:
     policy: str = "predicted_ttft"
     prefill_ms_per_token: float = 0.05  # starting value; calibrated online from observed TTFTs
     decode_ms_per_running: float = 0.2
-    uncached_penalty: float = 1.0  # extra weight on a prompt's own uncached prefill (see policies.py)  # queueing cost of each running request on a replica
+    uncached_penalty: float = 1.0  # extra weight on a prompt's own uncached prefill (see policies.py)
+    balance_rel: float = 1.5  # predicted_ttft skips replicas running > balance_rel x mean + balance_abs
+    balance_abs: int = 4  # queueing cost of each running request on a replica
     default_rtt_ms: float = 1.0
     capacity_factor: float = 1.0  # fraction of a replica's max_running_requests the edge will fill
     max_inflight_per_replica: int | None = None  # hard override of the per-replica concurrency cap

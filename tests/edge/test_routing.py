@@ -164,3 +164,16 @@ def test_ttft_model_calibrates():
     assert abs(model.prefill_ms_per_token - 0.05) < 0.005
     policy = PredictedTtft(PrefixIndex(), model)
     assert policy.name == "predicted_ttft"
+
+
+def test_replica_that_answers_slower_than_predicted_is_avoided_then_retried():
+    cat = catalog(n=2, max_running=100)
+    router = make_router(prefill_ms_per_token=0.01, decode_ms_per_running=0.0)
+    prompt = "Q" * 400
+    d1, t1 = route(router, cat, prompt, now=0.0)
+    # the engine took 500 ms where the model said ~1 ms: a slow host
+    router.first_byte(t1, 500.0, now=0.1)
+    assert router.bias_ms(d1.replica.id, 0.1) > 50
+    d2, _ = route(router, cat, prompt, now=0.2)
+    assert d2.replica.id != d1.replica.id  # the cached prefix is not worth 100 ms of measured slowness
+    assert router.bias_ms(d1.replica.id, 60.0) < 1  # the penalty fades, so it is tried again later
