@@ -32,28 +32,6 @@ class VariantSpec:
     gpu_count: int
     engine_args: Mapping[str, Any]
 
-    @property
-    def served_name(self) -> str:
-        return f"{self.model_name}:{self.tier}"
-
-
-def engine_args(variant: VariantSpec) -> tuple[str, ...]:
-    """SGLang flags for one replica; ``engine_args`` extras become ``--key value`` (``True``: bare flag)."""
-    args = [
-        "--model-path", variant.model_path,
-        "--served-model-name", variant.served_name,
-        "--tp-size", str(variant.gpu_count),
-        "--enable-metrics",
-    ]
-    if variant.quantization:
-        args += ["--quantization", variant.quantization]
-    for key, value in sorted(variant.engine_args.items()):
-        if value is None or value is False:
-            continue
-        flag = key if key.startswith("--") else f"--{key.replace('_', '-')}"
-        args += [flag] if value is True else [flag, str(value)]
-    return tuple(args)
-
 
 def artifact_source(catalog: Catalog, cloud: str, region: str) -> str | None:
     c = catalog.cloud(cloud)
@@ -78,8 +56,11 @@ def user_data(
         bootstrap_token=bootstrap_token,
         bootstrap_token_expires_at=token_expires_at,
         variant=str(variant.id),
-        engine="sglang",
-        engine_args=engine_args(variant),
+        # The agent builds the engine command line itself (dataplane/agent/template.py) from the
+        # assignment it fetches after registering, over the authenticated channel: variant flags,
+        # which may include credentials, never travel in user data. "auto" = SGLang on GPUs.
+        engine="auto",
+        engine_args=(),
         cluster=settings.cluster_name,
         pool_id=str(pool_id),
         cloud=candidate.cloud,

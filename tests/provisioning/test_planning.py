@@ -11,7 +11,7 @@ from controlplane.config import Settings
 from controlplane.models import NodeState, SpotPolicy
 from controlplane.services import node_bootstrap, placement_catalog
 from controlplane.services.provisioning import NodeView, PoolPlan, markets_for_new_nodes, plan_pool
-from infra.bootstrap import UserDataError, parse_user_data
+from infra.bootstrap import parse_user_data
 from infra.catalog import load_catalog
 from infra.placement import Candidate, PlacementPreference
 from tests.provisioning.conftest import gcp_catalog
@@ -84,14 +84,6 @@ VARIANT = node_bootstrap.VariantSpec(
 CANDIDATE = Candidate("gcp", "us-central1", "us-central1-a", "g2-standard-24", True, 1.0, "tpl", None)
 
 
-def test_engine_args():
-    assert node_bootstrap.engine_args(VARIANT) == (
-        "--model-path", "meta-llama/Llama-3.1-8B-Instruct-FP8", "--served-model-name", "llama:fp8",
-        "--tp-size", "2", "--enable-metrics", "--quantization", "fp8",
-        "--enable-torch-compile", "--mem-fraction-static", "0.85",
-    )
-
-
 def test_user_data_carries_config_and_only_the_bootstrap_token():
     settings = Settings(public_url="https://cp.example.test", cluster_name="prod")
     node_id, pool_id = uuid.uuid4(), uuid.uuid4()
@@ -108,11 +100,14 @@ def test_user_data_carries_config_and_only_the_bootstrap_token():
     assert config.model_cache_dir and config.artifact_cache_dir
 
 
-def test_user_data_refuses_a_secret_engine_argument():
-    leaky = node_bootstrap.VariantSpec(**{**VARIANT.__dict__, "engine_args": {"api_key": "sk-live"}})
-    with pytest.raises(UserDataError):
-        node_bootstrap.user_data(
-            Settings(), node_id=uuid.uuid4(), pool_id=uuid.uuid4(), variant=leaky, candidate=CANDIDATE,
-            catalog=load_catalog(gcp_catalog()), bootstrap_token="t", token_expires_at=T0 + dt.timedelta(minutes=5),
-            now=T0,
-        )
+def test_variant_engine_args_never_reach_user_data():
+    """Variant flags (possibly credentials) reach the agent only after it registers."""
+    leaky = node_bootstrap.VariantSpec(**{**VARIANT.__dict__, "engine_args": {"api_key": "sk-live-123"}})
+    text = node_bootstrap.user_data(
+        Settings(), node_id=uuid.uuid4(), pool_id=uuid.uuid4(), variant=leaky, candidate=CANDIDATE,
+        catalog=load_catalog(gcp_catalog()), bootstrap_token="t", token_expires_at=T0 + dt.timedelta(minutes=5),
+        now=T0,
+    )
+    assert "sk-live-123" not in text
+    config = parse_user_data(text)
+    assert config.engine == "auto" and config.engine_args == ()
