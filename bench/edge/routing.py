@@ -1,7 +1,7 @@
 """Routing quality on a multi-tenant shared-prefix workload: the Nimbus edge (predicted TTFT) vs
 sglang-router cache_aware vs round robin, on the same simulator fleet (caches flushed between runs).
 
-    .venv/bin/python -m bench.edge.routing [--tenants 32] [--users 3] [--turns 4]
+    .venv/bin/python -m bench.edge.routing [--tenants 32] [--users 4] [--turns 5] [--prefix-words 3000]
 
 Dozens of tenants, each with a long system prompt; several users per tenant (Zipf-distributed
 tenant sizes, as on a real platform) in multi-turn chats.
@@ -67,17 +67,17 @@ async def run_workload(url: str, tenant_list, args) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tenants", type=int, default=32)
-    ap.add_argument("--users", type=int, default=3)
-    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--users", type=int, default=4)
+    ap.add_argument("--turns", type=int, default=5)
     ap.add_argument("--zipf", type=float, default=1.0, help="skew of users across tenants (0 = even)")
-    ap.add_argument("--prefix-words", type=int, default=1200)
+    ap.add_argument("--prefix-words", type=int, default=3000)
     ap.add_argument("--user-words", type=int, default=40)
     ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--think", type=float, default=1.5, help="mean think time between turns, s")
+    ap.add_argument("--think", type=float, default=0.5, help="mean think time between turns, s")
     ap.add_argument("--ramp", type=float, default=3.0, help="users start uniformly over this many s")
-    ap.add_argument("--kv-tokens", type=int, default=14000, help="KV capacity per replica (tokens)")
+    ap.add_argument("--kv-tokens", type=int, default=32000, help="KV capacity per replica (tokens)")
     ap.add_argument("--replicas", type=int, default=4)
-    ap.add_argument("--time-scale", type=float, default=2.0)
+    ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
 
