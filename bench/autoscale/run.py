@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if "skyserve" in results and "ours" in results:
         bounds = {
             "clairvoyant": clairvoyant_gpu_hours(shape, trace.bursts, qps, args.tp),
-            "clairv.x1.2": clairvoyant_gpu_hours(shape, trace.bursts, 1.2 * qps, args.tp),
+            "clairv.x1.1": clairvoyant_gpu_hours(shape, trace.bursts, 1.1 * qps, args.tp),
         }
         print(render(results, args.slo, bounds))
     else:

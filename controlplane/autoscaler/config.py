@@ -13,11 +13,12 @@ class AutoscalerConfig:
     # SLO feedback on the profiled capacity: one replica's worth less on a breach of a pool
     # that looked big enough; slow growth (per tick) while p95 TTFT stays under
     # ``capacity_scale_slack`` × SLO at the planned load. The ceiling is what pooling behind
-    # the edge's balancer gave in the simulator (about +15% at p95 for 6 replicas).
+    # the edge's balancer gave in the simulator: 6 replicas at 1.1× their single-replica SLO
+    # rate still kept 98.8% of requests inside the SLO; at 1.15× only 88%.
     capacity_scale_up_step: float = 0.0003
     capacity_scale_slack: float = 0.5
     capacity_scale_min: float = 0.5
-    capacity_scale_max: float = 1.15
+    capacity_scale_max: float = 1.1
     # Knative KPA windows: the stable window sizes the pool, the panic window catches bursts.
     stable_window_s: float = 60.0
     panic_window_s: float = 10.0
