@@ -342,6 +342,10 @@ def split_by_capacity_type(spec: PoolSpec, obs: PoolObservation, target: int) ->
         return CapacityMix(target, 0)
     base = min(spec.spot_base_on_demand, target)
     wanted_spot = target - base
+    spot_price, on_demand_price = obs.prices.get("spot"), obs.prices.get("on_demand")
+    if spot_price is not None and on_demand_price is not None and spot_price >= on_demand_price:
+        # Spot's only point is price; at parity its preemptions buy nothing.
+        return CapacityMix(0, target, "spot not cheaper than on-demand: on-demand only")
     if spot_available(obs):
         return CapacityMix(wanted_spot, base)
     ready_spot = sum(1 for r in obs.replicas if r.spot and r.state == "ready")

@@ -63,6 +63,18 @@ def test_spot_outage_falls_back_to_on_demand_then_returns_to_spot():
     assert len(kept_od) == 1  # ...one on-demand base remains
 
 
+def test_fallback_pool_uses_on_demand_when_spot_is_not_cheaper():
+    spec = make_spec(spot_policy="spot_with_fallback", spot_base_on_demand=0, max_replicas=10)
+    flooded = (make_replica(0, running=100, queue=200),)
+    cheap, _ = decide(spec, PoolObservation(now=0.0, replicas=flooded, prices={"spot": 1.0, "on_demand": 3.0}),
+                      AutoscalerState())
+    parity, _ = decide(spec, PoolObservation(now=0.0, replicas=flooded, prices={"spot": 3.0, "on_demand": 3.0}),
+                       AutoscalerState())
+    assert cheap.add and all(a.spot for a in cheap.add)
+    assert parity.add and not any(a.spot for a in parity.add)
+    assert any("not cheaper" in r for r in parity.reasons)
+
+
 def test_pure_spot_pool_does_not_launch_during_outage():
     spec = make_spec(spot_policy="spot", max_replicas=10)
     obs = PoolObservation(now=0.0, replicas=(make_replica(0, running=100, queue=300, spot=True),),
