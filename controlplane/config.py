@@ -55,6 +55,10 @@ class Settings(BaseSettings):
     )
     lease_seconds: float = Field(default=120.0, gt=0, description="How long a claimed row stays a worker's.")
     reconcile_interval_s: float = Field(default=5.0, gt=0, description="Beat: reconcile tick period.")
+    autoscaler_enabled: bool = Field(
+        default=True, description="Beat runs the autoscaler; off: desired_replicas is set by hand (or by tests)."
+    )
+    autoscale_interval_s: float = Field(default=5.0, gt=0, description="Beat: autoscaler decision period.")
     sweep_interval_s: float = Field(default=60.0, gt=0, description="Beat: orphan/stale sweep period.")
     usage_rollup_interval_s: float = Field(default=10.0, gt=0, description="Beat: usage rollup period.")
     reconcile_batch: int = Field(default=2000, ge=1, description="Pools claimed by one reconcile tick.")

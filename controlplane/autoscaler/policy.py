@@ -503,7 +503,9 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         reasons.append(f"TTFT p95 {demand.ttft_p95_s:.2f}s > SLO {spec.ttft_slo_s:.2f}s")
 
     floor, floor_reason = kind_floor(spec, obs)
-    need_samples = record(state.need_samples, now, max(need, float(floor)), config.scale_down_hold_s)
+    # Keep more than the hold window: the "enough history" test must not depend on how evenly
+    # beat spaced the ticks (with 10 s ticks a 300 s window never held 295 s of samples).
+    need_samples = record(state.need_samples, now, max(need, float(floor)), config.scale_down_hold_s * 1.5)
     if floor == 0 and floor_reason is not None:
         target, why = 0, floor_reason
     else:

@@ -18,7 +18,7 @@ from celery import Celery
 from controlplane.config import Settings
 from controlplane.tasks import runtime
 
-TASK_MODULES = ["controlplane.tasks.provisioning", "controlplane.tasks.usage"]
+TASK_MODULES = ["controlplane.tasks.provisioning", "controlplane.tasks.usage", "controlplane.tasks.autoscale"]
 
 
 def broker_settings(settings: Settings) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def broker_settings(settings: Settings) -> dict[str, Any]:
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     tick = settings.reconcile_interval_s
-    return {
+    schedule = {
         "reconcile": {"task": "nimbus.reconcile", "schedule": tick, "options": {"expires": tick * 2}},
         "dispatch-operations": {"task": "nimbus.dispatch_operations", "schedule": tick, "options": {"expires": tick * 2}},
         "sweep": {"task": "nimbus.sweep", "schedule": settings.sweep_interval_s,
@@ -53,6 +53,10 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "rollup-usage": {"task": "nimbus.rollup_usage", "schedule": settings.usage_rollup_interval_s,
                          "options": {"expires": settings.usage_rollup_interval_s * 2}},
     }
+    if settings.autoscaler_enabled:
+        schedule["autoscale"] = {"task": "nimbus.autoscale", "schedule": settings.autoscale_interval_s,
+                                 "options": {"expires": settings.autoscale_interval_s * 2}}
+    return schedule
 
 
 def configure_app(app: Celery, settings: Settings) -> Celery:

@@ -63,6 +63,8 @@ def settings(db_url: str, tmp_path, cluster: str) -> Settings:
         block_region_s=60,
         block_cloud_s=60,
         db_pool_size=4,
+        # These tests size pools by hand (desired_replicas); the autoscaler has its own tests.
+        autoscaler_enabled=False,
     )
 
 

@@ -51,7 +51,8 @@ async def test_pool_of_three_then_scale_to_one(
             assert config.control_plane_url == settings.public_url
             assert config.variant == pool["variant_id"]
             assert config.cluster == settings.cluster_name and config.zone == node.zone
-            assert "--model-path" in config.engine_args and "--tp-size" in config.engine_args
+            # Engine flags come over the authenticated agent API, never in user data.
+            assert config.engine == "auto" and config.engine_args == ()
             assert config.artifact_source == "s3://nimbus-artifacts-us-east-1"
             # The one credential is the one-time token whose hash (only) the node row keeps.
             assert sha256_hex(config.bootstrap_token) == node.bootstrap_token_sha256

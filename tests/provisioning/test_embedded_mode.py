@@ -46,6 +46,7 @@ def test_local_pool_runs_on_sqlite_and_the_filesystem_broker(tmp_path: Path):
     settings = Settings(
         state_dir=tmp_path / "state", cluster_name=f"e{uuid.uuid4().hex[:8]}", local_agent_command=list(SLEEPER),
         reconcile_interval_s=0.5, retry_delay_s=0.5, drain_timeout_s=0, lease_seconds=30,
+        autoscaler_enabled=False,  # desired_replicas is set by hand below
     )
     assert settings.is_sqlite and settings.broker_url is None
     settings.state_dir.mkdir(parents=True)

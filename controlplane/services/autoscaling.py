@@ -1,0 +1,293 @@
+"""Autoscaler executor: database → signals → the pure policy → desired state.
+
+Per pool and per tick: build ``PoolSpec``/``PoolObservation`` from rows the agents and the
+usage rollup keep fresh, call ``autoscaler.policy.decide``, then apply the answer:
+``desired_replicas`` (which reconcile turns into launches), drains of the replicas the policy
+chose (their nodes go to ``draining`` so reconcile never picks others), the policy's memory,
+and a stored decision with its reasons and signals (shown by ``/admin/v1/pools/{id}/decisions``).
+
+Each pool is locked with ``FOR UPDATE SKIP LOCKED`` for one short transaction without any
+cloud I/O, so two workers never decide for the same pool at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from controlplane.autoscaler.config import AutoscalerConfig
+from controlplane.autoscaler.policy import decide
+from controlplane.autoscaler.signals import (
+    AutoscalerState,
+    NodeSignal,
+    PoolObservation,
+    PoolSpec,
+    ReplicaSignal,
+)
+from controlplane.config import Settings
+from controlplane.models import (
+    AutoscalerDecision,
+    CapacityBlock,
+    Node,
+    NodeState,
+    Pool,
+    Quota,
+    Replica,
+    ReplicaState,
+    UsageMinute,
+)
+from controlplane.services import provisioning
+
+HISTORY_S = 26 * 3600  # a day for the seasonal forecast, plus the trend window
+ACTIVATION_VALID_S = 300.0  # an edge's activation request counts this long
+DECISION_RECORD_EVERY_S = 60.0  # "hold" decisions are stored at most this often per pool
+_REPLICA_STATES = {ReplicaState.starting: "starting", ReplicaState.ready: "ready", ReplicaState.draining: "draining"}
+
+
+def _ts(t: dt.datetime | None) -> float | None:
+    return t.timestamp() if t else None
+
+
+# ---------------------------------------------------------------- signals from metrics (pure)
+def histogram_quantile(hist: Mapping | None, q: float) -> float | None:
+    """Quantile from one heartbeat's histogram delta (cumulative counts keyed by ``le``)."""
+    if not hist or not hist.get("count"):
+        return None
+    target = q * float(hist["count"])
+    bounds = sorted(((float(le), float(c)) for le, c in hist.get("buckets", {}).items()), key=lambda x: x[0])
+    for le, cumulative in bounds:
+        if cumulative >= target:
+            return le if le != float("inf") else None
+    return None
+
+
+def replica_signal(r: Replica, node: Node, gpus: int) -> ReplicaSignal:
+    m = r.metrics or {}
+    ttft = histogram_quantile((m.get("histograms") or {}).get("time_to_first_token_seconds"), 0.95)
+    return ReplicaSignal(
+        replica_id=str(r.id),
+        node_id=str(r.node_id),
+        state=_REPLICA_STATES[r.state],
+        spot=node.spot,
+        num_queue_reqs=int(m.get("num_queue_reqs") or 0),
+        num_running_reqs=int(m.get("num_running_reqs") or 0),
+        max_running_requests=int(r.max_running_requests or m.get("max_running_requests") or 1),
+        kv_usage=float(m.get("token_usage") or 0.0),
+        ttft_p95_s=ttft,
+        started_at=_ts(r.started_at) or _ts(r.created_at) or 0.0,
+        ready_at=_ts(r.ready_at),
+        gpus=gpus,
+    )
+
+
+def live_rates(replicas: Sequence[Replica]) -> tuple[float, float]:
+    """(req/s, tok/s) the engines reported in their last heartbeat: fresher than the usage rollup."""
+    req = tok = 0.0
+    for r in replicas:
+        m = r.metrics or {}
+        req += float(m.get("num_requests_per_s") or 0.0)
+        tok += float(m.get("prompt_tokens_per_s") or 0.0) + float(m.get("generation_tokens_per_s") or 0.0)
+    return req, tok
+
+
+# ---------------------------------------------------------------- observation (reads)
+@dataclass(frozen=True)
+class Observed:
+    spec: PoolSpec
+    obs: PoolObservation
+    state: AutoscalerState
+
+
+def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime) -> tuple[list, list, float | None]:
+    rows = session.execute(
+        select(
+            UsageMinute.minute,
+            func.sum(UsageMinute.requests),
+            func.sum(UsageMinute.prompt_tokens + UsageMinute.completion_tokens),
+        )
+        .where(UsageMinute.variant_id == variant_id, UsageMinute.minute >= now - dt.timedelta(seconds=HISTORY_S))
+        .group_by(UsageMinute.minute)
+        .order_by(UsageMinute.minute)
+    ).all()
+    # A minute bucket's rate is known once the minute is over: stamp it at its end.
+    req = [(m.timestamp() + 60, float(n or 0) / 60) for m, n, _ in rows]
+    tok = [(m.timestamp() + 60, float(t or 0) / 60) for m, _, t in rows]
+    last = rows[-1][0].timestamp() + 60 if rows else None
+    return req, tok, last
+
+
+def _spot_unavailable_until(session: Session, pool: Pool, now: dt.datetime) -> float | None:
+    """Spot counts as unavailable while every placement region has an active spot block.
+
+    Zone- and type-level blocks are approximated by their region: the launcher's own failover
+    walks the zones; this signal only tells the policy to plan on-demand for a while."""
+    regions = {(p["cloud"], p["region"]) for p in pool.placement or []}
+    if not regions:
+        return None
+    blocks = session.execute(
+        select(CapacityBlock.cloud, CapacityBlock.region, func.max(CapacityBlock.expires_at))
+        .where(CapacityBlock.expires_at > now, CapacityBlock.spot.is_not(False))
+        .group_by(CapacityBlock.cloud, CapacityBlock.region)
+    ).all()
+    by_region = {(c, r): exp for c, r, exp in blocks}
+    cloud_wide = {c: exp for c, r, exp in blocks if r is None}
+    ends = []
+    for cloud, region in regions:
+        exp = by_region.get((cloud, region)) or cloud_wide.get(cloud)
+        if exp is None:
+            return None
+        ends.append(exp)
+    return min(ends).timestamp()
+
+
+def _tenant_gpus(session: Session, tenant_id: uuid.UUID) -> int:
+    """GPUs held by the tenant's dedicated pools: every replica not stopped counts."""
+    from controlplane.models import ModelVariant
+
+    n = session.scalar(
+        select(func.coalesce(func.sum(ModelVariant.gpu_count), 0))
+        .select_from(Replica)
+        .join(Pool, Pool.id == Replica.pool_id)
+        .join(ModelVariant, ModelVariant.id == Replica.variant_id)
+        .where(Pool.dedicated_tenant_id == tenant_id,
+               Replica.state.in_([ReplicaState.starting, ReplicaState.ready, ReplicaState.draining]))
+    )
+    return int(n or 0)
+
+
+def observe(session: Session, pool: Pool, now: dt.datetime) -> Observed:
+    gpus = pool.variant.gpu_count
+    rows = session.execute(
+        select(Replica, Node)
+        .join(Node, Node.id == Replica.node_id)
+        .where(Replica.pool_id == pool.id, Replica.state.in_(list(_REPLICA_STATES)),
+               Node.state.in_([NodeState.booting, NodeState.ready, NodeState.draining]))
+    ).all()
+    replicas = [replica_signal(r, n, gpus) for r, n in rows]
+    nodes_by_id: dict[uuid.UUID, Node] = {n.id: n for _, n in rows}
+    used: dict[uuid.UUID, int] = defaultdict(int)
+    for r, _ in rows:
+        used[r.node_id] += gpus
+    nodes = tuple(
+        NodeSignal(node_id=str(n.id), gpus_total=max(n.gpus_total, used[n.id]), gpus_used=used[n.id], spot=n.spot,
+                   zone=n.zone or "")
+        for n in nodes_by_id.values()
+    )
+    req_hist, tok_hist, last_usage = _history(session, pool.variant_id, now)
+    live_req, live_tok = live_rates([r for r, _ in rows])
+    if rows:
+        req_hist.append((now.timestamp(), live_req))
+        tok_hist.append((now.timestamp(), live_tok))
+    ready_times = session.scalars(
+        select(Replica.model_ready_seconds)
+        .where(Replica.variant_id == pool.variant_id, Replica.model_ready_seconds.is_not(None))
+        .order_by(Replica.created_at.desc())
+        .limit(50)
+    ).all()
+    busy = any(s.num_running_reqs or s.num_queue_reqs for s in replicas) or live_req > 0
+    last_request = max(
+        (t for t in (_ts(pool.last_request_at), last_usage, now.timestamp() if busy else None) if t is not None),
+        default=None,
+    )
+    activation = pool.activation_requested_at is not None and (
+        now - pool.activation_requested_at
+    ).total_seconds() < ACTIVATION_VALID_S
+    quota = None
+    in_use = 0
+    if pool.dedicated_tenant_id is not None:
+        q = session.get(Quota, pool.dedicated_tenant_id)
+        quota = q.max_gpus if q else None
+        in_use = _tenant_gpus(session, pool.dedicated_tenant_id) if quota is not None else 0
+    spec = PoolSpec(
+        pool_id=str(pool.id),
+        kind=pool.kind.value,
+        min_replicas=pool.min_replicas,
+        max_replicas=pool.max_replicas,
+        ttft_slo_s=pool.ttft_slo_ms / 1000,
+        idle_timeout_s=float(pool.idle_timeout_s),
+        spot_policy=pool.spot_policy.value,
+        spot_base_on_demand=pool.spot_base_on_demand,
+        gpus_per_replica=gpus,
+        tenant_gpu_quota=quota,
+        tenant_gpus_in_use=in_use,
+    )
+    obs = PoolObservation(
+        now=now.timestamp(),
+        replicas=tuple(replicas),
+        nodes=nodes,
+        request_rate_history=req_hist,
+        token_rate_history=tok_hist,
+        model_ready_seconds=tuple(float(x) for x in ready_times),
+        last_request_at=last_request,
+        activation_requested=activation,
+        spot_unavailable_until=_spot_unavailable_until(session, pool, now),
+    )
+    state = AutoscalerState.from_json(json.dumps(pool.autoscaler_state) if pool.autoscaler_state else None)
+    return Observed(spec, obs, state)
+
+
+# ---------------------------------------------------------------- apply (writes)
+def action_of(current: int, target: int, drains: int, moves: int) -> str:
+    if target > current:
+        return "scale_up"
+    if target < current or drains:
+        return "scale_down"
+    if moves:
+        return "consolidate"
+    return "hold"
+
+
+def _record(session: Session, pool: Pool, now: dt.datetime, current: int, decision, action: str) -> bool:
+    if action == "hold":
+        last = session.scalar(
+            select(func.max(AutoscalerDecision.created_at)).where(AutoscalerDecision.pool_id == pool.id)
+        )
+        if last is not None and (now - last).total_seconds() < DECISION_RECORD_EVERY_S:
+            return False
+    session.add(AutoscalerDecision(
+        pool_id=pool.id, created_at=now, current_replicas=current, target_replicas=decision.target_replicas,
+        action=action, reasons=list(decision.reasons), signals=json.loads(json.dumps(decision.signals, default=str)),
+    ))
+    return True
+
+
+def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Settings,
+                   config: AutoscalerConfig | None = None) -> str:
+    seen = observe(session, pool, now)
+    decision, new_state = decide(seen.spec, seen.obs, seen.state, config)
+    current = sum(1 for r in seen.obs.replicas if r.active)
+    # Nodes still booting have no replica row yet but are capacity on its way.
+    current = max(current, pool.desired_replicas) if current == 0 else current
+    drained = 0
+    for replica_id in decision.drain:
+        replica = session.get(Replica, uuid.UUID(replica_id))
+        node = session.get(Node, replica.node_id) if replica else None
+        if node is not None and node.state == NodeState.ready:
+            provisioning.begin_drain(session, node, now, settings)
+            provisioning.set_replica_states(session, [node.id], ReplicaState.draining)
+            drained += 1
+    pool.desired_replicas = decision.target_replicas
+    pool.autoscaler_state = json.loads(new_state.to_json())
+    if decision.target_replicas > 0 and pool.activation_requested_at is not None and seen.obs.activation_requested:
+        pool.activation_requested_at = None  # served: the pool is coming up
+    action = action_of(current, decision.target_replicas, drained, len(decision.consolidate))
+    _record(session, pool, now, current, decision, action)
+    return action
+
+
+def autoscale_tick(session: Session, settings: Settings, now: dt.datetime,
+                   config: AutoscalerConfig | None = None) -> dict[str, int]:
+    pools = session.scalars(
+        select(Pool).where(Pool.paused.is_(False)).order_by(Pool.id).with_for_update(skip_locked=True, of=Pool)
+    ).all()
+    counts: dict[str, int] = defaultdict(int)
+    for pool in pools:
+        counts[autoscale_pool(session, pool, now, settings, config)] += 1
+    return dict(counts)

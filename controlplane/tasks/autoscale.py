@@ -1,0 +1,16 @@
+"""Autoscaler tick: decide for every pool, then reconcile turns desired state into nodes."""
+
+from __future__ import annotations
+
+from controlplane.db.engine import session_scope
+from controlplane.db.types import utcnow
+from controlplane.services import autoscaling
+from controlplane.tasks import runtime
+from controlplane.tasks.app import app
+
+
+@app.task(name="nimbus.autoscale")
+def autoscale() -> dict[str, int]:
+    settings = runtime.settings()
+    with session_scope(settings) as session:
+        return autoscaling.autoscale_tick(session, settings, utcnow())

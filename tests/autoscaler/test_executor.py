@@ -1,0 +1,171 @@
+"""The autoscaler executor on Postgres: agents' metrics in the rows → decisions → desired state.
+
+Replica rows are written here the way the agent API writes them (state, metrics from the
+engine's /metrics); the agent itself is exercised in tests/agent and tests/e2e.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+
+import pytest
+from sqlalchemy import select
+
+from controlplane.db.engine import session_scope
+from controlplane.models import (
+    AutoscalerDecision,
+    Model,
+    ModelVariant,
+    Node,
+    NodeState,
+    Pool,
+    PoolKind,
+    Quota,
+    Replica,
+    ReplicaState,
+    Tenant,
+)
+from controlplane.services.autoscaling import autoscale_pool, autoscale_tick, histogram_quantile
+
+T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
+
+
+def make_pool(settings, *, kind=PoolKind.warm, min_replicas=1, max_replicas=4, replicas=1, metrics=None,
+              idle_timeout_s=900, tenant_quota=None, gpu_count=1) -> uuid.UUID:
+    with session_scope(settings) as s:
+        variant = ModelVariant(tier="bf16", model_path="m", gpu_memory_gb=20, context_length=8192, gpu_count=gpu_count)
+        s.add(Model(name=f"m-{uuid.uuid4().hex[:6]}", variants=[variant]))
+        tenant_id = None
+        if tenant_quota is not None:
+            tenant = Tenant(name=f"t-{uuid.uuid4().hex[:6]}")
+            s.add(tenant)
+            s.flush()
+            s.add(Quota(tenant_id=tenant.id, max_gpus=tenant_quota))
+            tenant_id = tenant.id
+        s.flush()
+        pool = Pool(name=f"p-{uuid.uuid4().hex[:6]}", variant_id=variant.id, kind=kind, min_replicas=min_replicas,
+                    max_replicas=max_replicas, desired_replicas=replicas, idle_timeout_s=idle_timeout_s,
+                    ttft_slo_ms=1000, dedicated_tenant_id=tenant_id,
+                    placement=[{"cloud": "local", "region": "local"}])
+        s.add(pool)
+        s.flush()
+        for i in range(replicas):
+            node = Node(pool_id=pool.id, state=NodeState.ready, launch_token=uuid.uuid4().hex, gpus_total=gpu_count,
+                        cloud="local", region="local", zone="local-a")
+            s.add(node)
+            s.flush()
+            s.add(Replica(node_id=node.id, pool_id=pool.id, variant_id=variant.id, state=ReplicaState.ready,
+                          url=f"http://127.0.0.1:{30000 + i}", max_running_requests=32,
+                          started_at=T0 - dt.timedelta(hours=1), ready_at=T0 - dt.timedelta(minutes=59),
+                          model_ready_seconds=40.0, metrics=dict(metrics or {})))
+        return pool.id
+
+
+def tick(settings, pool_id, now) -> str:
+    with session_scope(settings) as s:
+        pool = s.get(Pool, pool_id)
+        return autoscale_pool(s, pool, now, settings)
+
+
+def pool_row(settings, pool_id) -> Pool:
+    with session_scope(settings) as s:
+        return s.get(Pool, pool_id)
+
+
+SATURATED = {"num_running_reqs": 32, "num_queue_reqs": 60, "token_usage": 0.97,
+             "num_requests_per_s": 20.0, "prompt_tokens_per_s": 20000.0, "generation_tokens_per_s": 2000.0,
+             "histograms": {"time_to_first_token_seconds": {
+                 "buckets": {"0.5": 2, "1.0": 5, "5.0": 40, "+Inf": 40}, "sum": 120.0, "count": 40}}}
+
+
+def test_histogram_quantile() -> None:
+    h = SATURATED["histograms"]["time_to_first_token_seconds"]
+    assert histogram_quantile(h, 0.05) == 0.5
+    assert histogram_quantile(h, 0.95) == 5.0
+    assert histogram_quantile({"count": 0}, 0.95) is None
+
+
+def test_saturated_replica_scales_up_and_records_why(settings) -> None:
+    pool_id = make_pool(settings, metrics=SATURATED)
+    assert tick(settings, pool_id, T0) == "scale_up"
+    pool = pool_row(settings, pool_id)
+    assert 1 < pool.desired_replicas <= 4
+    assert pool.autoscaler_state  # the policy's memory is persisted
+    with session_scope(settings) as s:
+        (d,) = s.scalars(select(AutoscalerDecision).where(AutoscalerDecision.pool_id == pool_id)).all()
+        assert d.action == "scale_up" and d.target_replicas == pool.desired_replicas and d.current_replicas == 1
+        assert d.reasons and d.signals  # the why is stored with the decision
+        assert any("panic" in r or "scale up" in r.lower() or "need" in r for r in d.reasons), d.reasons
+
+
+def test_idle_pool_shrinks_only_after_the_hold_and_drains_first(settings) -> None:
+    idle = {"num_running_reqs": 0, "num_queue_reqs": 0, "token_usage": 0.01}
+    pool_id = make_pool(settings, replicas=3, min_replicas=1, max_replicas=4, metrics=idle)
+    assert tick(settings, pool_id, T0) in ("hold", "scale_down")
+    first = pool_row(settings, pool_id).desired_replicas
+    # within a minute nothing is taken away
+    for k in range(1, 6):
+        tick(settings, pool_id, T0 + dt.timedelta(seconds=10 * k))
+    assert pool_row(settings, pool_id).desired_replicas == first == 3
+    # after the scale-down hold the pool gives capacity back, by draining (never killing) replicas
+    for k in range(1, 80):
+        tick(settings, pool_id, T0 + dt.timedelta(seconds=60 + 10 * k))
+    pool = pool_row(settings, pool_id)
+    with session_scope(settings) as s:
+        last = s.scalars(select(AutoscalerDecision).where(AutoscalerDecision.pool_id == pool_id)
+                         .order_by(AutoscalerDecision.created_at.desc())).first()
+    assert pool.desired_replicas < 3, (last.reasons, last.signals)
+    with session_scope(settings) as s:
+        draining = s.scalars(select(Node).where(Node.pool_id == pool_id, Node.state == NodeState.draining)).all()
+        ready = s.scalars(select(Node).where(Node.pool_id == pool_id, Node.state == NodeState.ready)).all()
+        assert len(draining) == 3 - pool.desired_replicas and len(ready) == pool.desired_replicas
+        assert all(n.drain_deadline_at is not None or settings.drain_timeout_s <= 0 for n in draining)
+        states = {r.state for r in s.scalars(select(Replica).where(Replica.node_id.in_([n.id for n in draining])))}
+        assert states <= {ReplicaState.draining}
+        actions = s.scalars(select(AutoscalerDecision.action).where(AutoscalerDecision.pool_id == pool_id)).all()
+        assert "scale_down" in actions
+
+
+def test_scale_to_zero_after_idle_timeout_and_back_on_activation(settings) -> None:
+    idle = {"num_running_reqs": 0, "num_queue_reqs": 0, "token_usage": 0.0}
+    pool_id = make_pool(settings, kind=PoolKind.scale_to_zero, min_replicas=0, max_replicas=2, replicas=1,
+                        metrics=idle, idle_timeout_s=120)
+    with session_scope(settings) as s:
+        s.get(Pool, pool_id).last_request_at = T0
+    tick(settings, pool_id, T0 + dt.timedelta(seconds=30))
+    assert pool_row(settings, pool_id).desired_replicas == 1  # not idle long enough
+    for k in range(0, 40):
+        tick(settings, pool_id, T0 + dt.timedelta(seconds=130 + 10 * k))
+    assert pool_row(settings, pool_id).desired_replicas == 0
+    # the edge asks for the pool (a request is being held): it comes back
+    now = T0 + dt.timedelta(seconds=1000)
+    with session_scope(settings) as s:
+        s.get(Pool, pool_id).activation_requested_at = now
+    tick(settings, pool_id, now + dt.timedelta(seconds=1))
+    assert pool_row(settings, pool_id).desired_replicas >= 1
+
+
+def test_dedicated_pool_never_exceeds_the_tenant_gpu_quota(settings) -> None:
+    pool_id = make_pool(settings, metrics=SATURATED, max_replicas=8, tenant_quota=2)
+    for k in range(5):
+        tick(settings, pool_id, T0 + dt.timedelta(seconds=5 * k))
+    assert pool_row(settings, pool_id).desired_replicas <= 2
+
+
+def test_tick_covers_every_unpaused_pool(settings) -> None:
+    busy = make_pool(settings, metrics=SATURATED)
+    paused = make_pool(settings, metrics=SATURATED)
+    with session_scope(settings) as s:
+        s.get(Pool, paused).paused = True
+    with session_scope(settings) as s:
+        counts = autoscale_tick(s, settings, T0)
+    assert counts.get("scale_up") == 1
+    assert pool_row(settings, busy).desired_replicas > 1 and pool_row(settings, paused).desired_replicas == 1
+
+
+@pytest.fixture
+def settings(db_url, tmp_path):
+    from controlplane.config import Settings
+
+    return Settings(database_url=db_url, state_dir=tmp_path, drain_timeout_s=120)
