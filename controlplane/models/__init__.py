@@ -18,7 +18,9 @@ from controlplane.models.fleet import Node, Pool, Replica
 from controlplane.models.operations import AutoscalerDecision, CapacityBlock, Operation
 from controlplane.models.tenancy import ApiKey, Quota, Tenant
 from controlplane.models.usage import UsageEventSeen, UsageMinute
-from controlplane.console.models import ConsoleSession  # noqa: E402  (console owns its table)
+# isort: split
+# The console owns its session table; imported last so the core models are registered first.
+from controlplane.console.models import ConsoleSession
 
 __all__ = [
     "ApiKey",
