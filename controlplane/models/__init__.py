@@ -18,6 +18,7 @@ from controlplane.models.fleet import Node, Pool, Replica
 from controlplane.models.operations import AutoscalerDecision, CapacityBlock, Operation
 from controlplane.models.tenancy import ApiKey, Quota, Tenant
 from controlplane.models.usage import UsageEventSeen, UsageMinute
+
 # isort: split
 # The console owns its session table; imported last so the core models are registered first.
 from controlplane.console.models import ConsoleSession
