@@ -93,6 +93,10 @@ def main() -> None:
     results = {}
     with sim_fleet(args.replicas, served_model_name="demo", extra_args=sim_args, ready_delay=0.0) as fleet:
         urls = [s.url for s in fleet]
+        # Warm every replica up first, so whichever router runs first does not pay for fresh processes.
+        warm = argparse.Namespace(**{**vars(args), "tenants": 4, "users": 2, "turns": 2, "zipf": 0.0, "ramp": 0.5})
+        for url in urls:
+            run_async(run_workload(url, tenants(4, args.prefix_words, args.seed + 1, [None] * 4), warm))
         replicas = [{"url": u, "max_running_requests": 32, "max_total_tokens": args.kv_tokens} for u in urls]
         with nimbus_edge(replicas, edge_tenants, {"health_interval_s": 30}) as edge:
             flush_caches(urls)

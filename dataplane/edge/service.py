@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import msgspec
 
 from dataplane.edge import errors
@@ -44,6 +43,7 @@ from dataplane.edge.sse import (
     token_counts,
     usage_of_event,
 )
+from dataplane.edge.upstream import UpstreamClient, UpstreamError, UpstreamResponse
 from dataplane.edge.usage import UsageRecorder, make_event
 from dataplane.edge.validation import (
     CHAT,
@@ -141,14 +141,10 @@ class EdgeService:
         self.redis = None
         self.limiter = Limiter(None, settings.limits_fail_mode, settings.local_limit_share, settings.redis_retry_s)
         self.usage: UsageRecorder | None = None
-        self.session: aiohttp.ClientSession | None = None
+        self.upstream = UpstreamClient()
         self.health: HealthMonitor | None = None
         self._activation_sent: dict[str, float] = {}
         self._background: set[asyncio.Task] = set()
-        self._stream_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.stream_idle_timeout_s)
-        self._unary_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.first_byte_timeout_s)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -177,8 +173,6 @@ class EdgeService:
         self.usage = UsageRecorder(self.redis, s.usage_stream, s.state_dir / "usage-spool.jsonl",
                                    retry_s=s.redis_retry_s)
         await self.usage.start()
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
-        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         await self.source.start()
         self.health = HealthMonitor(self.router, lambda: self.catalog, s.health_interval_s, s.health_timeout_s,
                                     on_change=self.admission.pump, on_probe=self._on_probe)
@@ -195,8 +189,7 @@ class EdgeService:
                 await task
         if self.usage:
             await self.usage.stop()
-        if self.session:
-            await self.session.close()
+        self.upstream.close()
         if self.redis is not None:
             with contextlib.suppress(Exception):
                 await self.redis.aclose()
@@ -398,15 +391,17 @@ class EdgeService:
 
     async def _forward(self, st: RequestState, ticket: Ticket, path: str, payload: bytes, send: Send,
                        ckey: str | None) -> str:
-        assert self.session is not None and st.req is not None
+        assert st.req is not None
         req = st.req
         rid = ticket.replica.id
-        timeout = self._stream_timeout if req.stream else self._unary_timeout
+        s = self.settings
         try:
-            resp = await self.session.post(ticket.replica.url + path, data=payload, timeout=timeout,
-                                           headers={"content-type": "application/json",
-                                                    "x-request-id": st.request_id})
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            resp = await self.upstream.post(
+                ticket.replica.url, path, payload,
+                {"Content-Type": "application/json", "X-Request-Id": st.request_id},
+                connect_timeout=s.connect_timeout_s,
+                first_byte_timeout=s.stream_idle_timeout_s if req.stream else s.first_byte_timeout_s)
+        except (UpstreamError, TimeoutError, OSError) as exc:
             log.info("replica %s failed before answering: %r", rid, exc)
             self.metrics.child(self.metrics.errors, req.model, rid, "connect").inc()
             self._release(st, ticket, False)
@@ -418,7 +413,7 @@ class EdgeService:
                 return RETRY
             if resp.status != 200:
                 # The engine refused the request itself (a 4xx): not the replica's fault, not retried.
-                data = await resp.read()
+                data = await resp.read(s.first_byte_timeout_s)
                 self._release(st, ticket, None)
                 st.status, st.http_status, st.response_started = "error", resp.status, True
                 await send_json(send, resp.status, data, {**st.rate_headers, "x-request-id": st.request_id})
@@ -426,8 +421,8 @@ class EdgeService:
             if req.stream:
                 return await self._stream(st, ticket, resp, send)
             try:
-                data = await resp.read()
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                data = await resp.read(s.first_byte_timeout_s)
+            except (UpstreamError, TimeoutError, OSError) as exc:
                 log.info("replica %s failed while answering: %r", rid, exc)
                 self.metrics.child(self.metrics.errors, req.model, rid, "read").inc()
                 self._release(st, ticket, False)
@@ -446,7 +441,7 @@ class EdgeService:
         finally:
             resp.close()  # also aborts the engine's work when we leave early (client gone)
 
-    async def _stream(self, st: RequestState, ticket: Ticket, resp: aiohttp.ClientResponse, send: Send) -> str:
+    async def _stream(self, st: RequestState, ticket: Ticket, resp: UpstreamResponse, send: Send) -> str:
         assert st.req is not None
         req = st.req
         labels = (req.model, ticket.replica.id, st.priority)
@@ -458,7 +453,7 @@ class EdgeService:
         held: list[bytes] = []  # the role-only opening chunk, held until the first token exists
         last = 0.0
         try:
-            async for chunk in resp.content.iter_any():
+            async for chunk in resp.iter_chunks(self.settings.stream_idle_timeout_s):
                 if st.response_started and _plain_events(chunk, splitter):
                     # Fast path, nearly every chunk: whole events, no usage, no error. Forward as is.
                     st.chunks += chunk.count(b"\n\n")
@@ -508,7 +503,7 @@ class EdgeService:
                 out.clear()
                 if saw_done:
                     break
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (UpstreamError, TimeoutError, OSError) as exc:
             failure = exc
         if not st.response_started:
             self.metrics.child(self.metrics.errors, req.model, ticket.replica.id, "before_first_byte").inc()
