@@ -82,6 +82,8 @@ PLATFORM_ENV = {
     "NIMBUS_USAGE_ROLLUP_INTERVAL_S": "2",
     "NIMBUS_RETRY_DELAY_S": "2",
     "NIMBUS_SWEEP_INTERVAL_S": "30",
+    "NIMBUS_AUTOSCALE_INTERVAL_S": "2",
+    "NIMBUS_DRAIN_TIMEOUT_S": "20",  # a laptop demo: drained nodes go away quickly
 }
 
 

@@ -103,6 +103,7 @@ class Observed:
     spec: PoolSpec
     obs: PoolObservation
     state: AutoscalerState
+    busy: bool  # a replica reported work in its last heartbeat
 
 
 def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime) -> tuple[list, list, float | None]:
@@ -116,10 +117,12 @@ def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime) -> tuple
         .group_by(UsageMinute.minute)
         .order_by(UsageMinute.minute)
     ).all()
-    # A minute bucket's rate is known once the minute is over: stamp it at its end.
+    # A minute bucket's rate is known once the minute is over: stamp it at its end. As "last
+    # request" it counts from its start: live metrics (and pool.last_request_at, written on
+    # every busy tick) cover the minute still running.
     req = [(m.timestamp() + 60, float(n or 0) / 60) for m, n, _ in rows]
     tok = [(m.timestamp() + 60, float(t or 0) / 60) for m, _, t in rows]
-    last = rows[-1][0].timestamp() + 60 if rows else None
+    last = rows[-1][0].timestamp() if rows else None
     return req, tok, last
 
 
@@ -230,7 +233,7 @@ def observe(session: Session, pool: Pool, now: dt.datetime) -> Observed:
         spot_unavailable_until=_spot_unavailable_until(session, pool, now),
     )
     state = AutoscalerState.from_json(json.dumps(pool.autoscaler_state) if pool.autoscaler_state else None)
-    return Observed(spec, obs, state)
+    return Observed(spec, obs, state, busy)
 
 
 # ---------------------------------------------------------------- apply (writes)
@@ -274,6 +277,8 @@ def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Set
             provisioning.set_replica_states(session, [node.id], ReplicaState.draining)
             drained += 1
     pool.desired_replicas = decision.target_replicas
+    if seen.busy:
+        pool.last_request_at = now
     pool.autoscaler_state = json.loads(new_state.to_json())
     if decision.target_replicas > 0 and pool.activation_requested_at is not None and seen.obs.activation_requested:
         pool.activation_requested_at = None  # served: the pool is coming up

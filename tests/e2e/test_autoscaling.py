@@ -1,0 +1,68 @@
+"""Scale-to-zero end to end: a pool at zero serves the next request after a cold start (the edge
+holds it and asks for activation; the autoscaler raises desired replicas; the local cloud's
+agent brings a simulator up), then goes back to zero once idle: drained first, then terminated."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import openai
+import pytest
+
+from controlplane.embedded import LOCAL_CATALOG
+from tests.e2e.conftest import Running
+from tests.e2e.test_platform import ok, wait
+
+pytestmark = pytest.mark.slow
+IDLE_TIMEOUT_S = 4
+# The pool ends at zero: at teardown only the platform's own services run (API, worker, beat, edge, redis).
+PLATFORM_MIN_PROCESSES = 5
+
+
+def pool_view(platform: Running, pool_id: str) -> dict:
+    with platform.admin as api:
+        return ok(api.get(f"/pools/{pool_id}"))
+
+
+def test_scale_to_zero_cold_start_then_back_to_zero(platform: Running) -> None:
+    with platform.admin as api:
+        ok(api.post("/catalog/import", json=LOCAL_CATALOG))
+        tenant = ok(api.post("/tenants", json={"name": f"zero-{uuid.uuid4().hex[:6]}"}))
+        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference"]}))["secret"]
+        model = ok(api.post("/models", json={"name": "zero-llama", "variants": [
+            {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
+             "context_length": 8192}]}))
+        pool = ok(api.post("/pools", json={
+            "name": "zero-llama", "variant_id": model["variants"][0]["id"], "kind": "scale_to_zero",
+            "min_replicas": 0, "max_replicas": 1, "idle_timeout_s": IDLE_TIMEOUT_S,
+            "placement": [{"cloud": "local", "region": "local"}]}))
+    time.sleep(3)  # a few autoscaler ticks: nothing to serve, nothing launched
+    assert pool_view(platform, pool["id"])["replicas_by_state"] == {}
+
+    client = openai.OpenAI(base_url=platform.edge_url + "/v1", api_key=key, max_retries=0, timeout=120)
+    started = time.monotonic()
+    reply = client.chat.completions.create(model="zero-llama", max_tokens=8,
+                                           messages=[{"role": "user", "content": "wake up"}])
+    cold = time.monotonic() - started
+    assert reply.choices[0].message.content and reply.usage.completion_tokens == 8
+    assert cold > 0.5, "the first request must have waited for a replica to start"
+    with platform.admin as api:
+        decisions = ok(api.get(f"/pools/{pool['id']}/decisions"))["items"]
+    assert any(d["action"] == "scale_up" and d["target_replicas"] == 1 for d in decisions), decisions
+
+    # warm now: the next request does not wait for a cold start
+    started = time.monotonic()
+    client.chat.completions.create(model="zero-llama", max_tokens=4, messages=[{"role": "user", "content": "again"}])
+    assert time.monotonic() - started < cold
+
+    # idle past the timeout → desired 0 → the replica drains, then its node is terminated
+    wait(lambda: pool_view(platform, pool["id"])["desired_replicas"] == 0, 60, "desired replicas back to zero")
+    wait(lambda: pool_view(platform, pool["id"])["replicas_by_state"].get("ready", 0) == 0, 30,
+         "no ready replica once idle")
+    with platform.admin as api:
+        wait(lambda: all(n["state"] == "terminated"
+                         for n in ok(api.get("/nodes", params={"pool_id": pool["id"]}))["items"]), 90,
+             "the idle node terminated")
+        decisions = ok(api.get(f"/pools/{pool['id']}/decisions"))["items"]
+    assert any(d["target_replicas"] == 0 and any("idle" in r for r in d["reasons"]) for d in decisions), decisions
