@@ -329,11 +329,11 @@ class Limiter:
 
     async def admit(self, tenant: Tenant, request_id: str, reserve: int) -> Decision:
         limits = tenant.limits
+        if limits.unlimited:
+            return Decision(True, OK, lease=None)
         now = self.clock()
         window, _ = window_of(now)
         month = month_of(now)
-        if limits.unlimited:
-            return Decision(True, OK, lease=None)
         if self.redis_usable:
             try:
                 counts = await self.redis.admit(tenant.id, limits, request_id, reserve, now)  # type: ignore[union-attr]
