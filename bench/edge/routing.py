@@ -79,6 +79,8 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--edge-set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="edge setting override for experiments, e.g. balance_abs=16")
     args = ap.parse_args()
 
     keys = [bench_key(f"r{i}") for i in range(args.tenants)]
@@ -98,7 +100,8 @@ def main() -> None:
         for url in urls:
             run_async(run_workload(url, tenants(4, args.prefix_words, args.seed + 1, [None] * 4), warm))
         replicas = [{"url": u, "max_running_requests": 32, "max_total_tokens": args.kv_tokens} for u in urls]
-        with nimbus_edge(replicas, edge_tenants, {"health_interval_s": 30}) as edge:
+        edge_settings = {"health_interval_s": 30, **dict(kv.split("=", 1) for kv in args.edge_set)}
+        with nimbus_edge(replicas, edge_tenants, edge_settings) as edge:
             flush_caches(urls)
             results["nimbus-edge (predicted_ttft)"] = run_async(
                 run_workload(edge, tenants(args.tenants, args.prefix_words, args.seed, keys), args))
