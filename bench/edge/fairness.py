@@ -70,6 +70,8 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=0.5)
     ap.add_argument("--stream-interval", type=int, default=1, help="engine tokens per streamed chunk")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--edge-set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="edge setting override for experiments, e.g. fair_burst_slots=2")
     args = ap.parse_args()
     n = args.others + 1
     keys = [bench_key(f"f{i}") for i in range(n)]
@@ -82,7 +84,8 @@ def main() -> None:
     with sim_fleet(args.replicas, served_model_name="demo", extra_args=sim_args, ready_delay=0.0) as fleet:
         urls = [s.url for s in fleet]
         replicas = [{"url": u, "max_running_requests": args.slots} for u in urls]
-        with nimbus_edge(replicas, edge_tenants, {"health_interval_s": 30, "queue_timeout_s": 30}) as edge:
+        edge_settings = {"health_interval_s": 30, "queue_timeout_s": 30, **dict(kv.split("=", 1) for kv in args.edge_set)}
+        with nimbus_edge(replicas, edge_tenants, edge_settings) as edge:
             tl = tenants(n, args.prompt_words, args.seed, keys)
             flush_caches(urls)
             solo = run_async(phase(edge, tl, args, flood=False))

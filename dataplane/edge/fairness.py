@@ -115,7 +115,7 @@ class ShareGuard:
     throttle each other.
     """
 
-    def __init__(self, burst_slots: float = 1.0, active_window_s: float = 10.0, heavy_factor: float = 2.0,
+    def __init__(self, burst_slots: float = 2.0, active_window_s: float = 10.0, heavy_factor: float = 2.0,
                  rate_window_s: float = 2.0) -> None:
         self.burst_slots = burst_slots
         self.active_window_s = active_window_s

@@ -43,7 +43,7 @@ class EdgeSettings:
     # Admission
     queue_max: int = 2048
     queue_timeout_s: float = 30.0
-    fair_burst_slots: float = 1.0  # per-tenant burst allowance of fairness.ShareGuard; -1 disables the guard
+    fair_burst_slots: float = 2.0  # per-tenant burst allowance of fairness.ShareGuard; -1 disables the guard
     fair_active_window_s: float = 10.0
     activation_timeout_s: float = 120.0
     activation_repeat_s: float = 10.0
