@@ -79,6 +79,7 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, default=4)
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--only-edge", action="store_true", help="skip the sglang-router runs (for tuning)")
     ap.add_argument("--edge-set", action="append", default=[], metavar="FIELD=VALUE",
                     help="edge setting override for experiments, e.g. balance_abs=16")
     args = ap.parse_args()
@@ -105,6 +106,9 @@ def main() -> None:
             flush_caches(urls)
             results["nimbus-edge (predicted_ttft)"] = run_async(
                 run_workload(edge, tenants(args.tenants, args.prefix_words, args.seed, keys), args))
+        if args.only_edge:
+            print(results)
+            return
         with sglang_router(urls, "cache_aware") as router:
             flush_caches(urls)
             results["sglang-router cache_aware"] = run_async(

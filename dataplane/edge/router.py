@@ -187,7 +187,10 @@ class Router:
             breaker.probe_in_flight = False
         elif ok:
             breaker.on_success()
-            if reported is not None and reported[0] > 0 and ticket.prompt_tokens > 0:
+            # Only a prediction made while nothing else was still prefilling there can be judged: with
+            # other prefills in flight the predicted blocks may simply not have been computed yet.
+            settled = ticket.backlog_at_dispatch <= ticket.uncached_tokens
+            if reported is not None and reported[0] > 0 and ticket.prompt_tokens > 0 and settled:
                 self.index.correct(ticket.replica.id, ticket.decision.predicted_cached_tokens / ticket.prompt_tokens,
                                    reported[1] / reported[0])
         else:

@@ -513,6 +513,11 @@ class EdgeService:
             self._release(st, ticket, True, _reported(st.usage))
             st.status, st.http_status = "ok", 200
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if not resp.complete:
+                # The client is done; read the engine's end of body so the connection can be reused.
+                with contextlib.suppress(UpstreamError, TimeoutError, OSError):
+                    async for _ in resp.iter_chunks(0.5):
+                        pass
             return DONE_OK
         # Failed after the first byte: the client gets an error event and [DONE] now, never a hang.
         log.info("stream from replica %s broke: %r", ticket.replica.id, failure)
