@@ -29,7 +29,7 @@ class EdgeSettings:
     # Routing
     policy: str = "predicted_ttft"
     prefill_ms_per_token: float = 0.05  # starting value; calibrated online from observed TTFTs
-    decode_ms_per_running: float = 0.2
+    decode_ms_per_running: float = 2.0  # each running request lengthens the steps a new prefill shares
     uncached_penalty: float = 1.0  # extra weight on a prompt's own uncached prefill (see policies.py)
     balance_rel: float = 1.5  # predicted_ttft skips replicas running > balance_rel x mean + balance_abs
     balance_abs: int = 4  # queueing cost of each running request on a replica
