@@ -3,8 +3,10 @@
     .venv/bin/python -m bench.controlplane.api_latency [--seconds 10] [--concurrency 32] [--workers 1]
 
 Starts the real control plane under uvicorn against a fresh Postgres database (dropped at the
-end), seeds tenants, keys and usage, then drives each endpoint with an async HTTP client at a
-fixed concurrency and prints p50/p99 latency and requests/s per endpoint.
+end), seeds tenants, keys and usage, then drives each endpoint at a fixed concurrency and prints
+p50/p99 latency and requests/s per endpoint. The load comes from `wrk` (Debian package) when it
+is installed: a Python client on the same two cores costs more CPU per request than the server
+and would measure itself. Without wrk it falls back to an async httpx client and says so.
 """
 
 from __future__ import annotations
@@ -55,6 +57,65 @@ async def drive(client: httpx.AsyncClient, make_request, seconds: float, concurr
 
     await asyncio.gather(*(worker(i) for i in range(concurrency)))
     return latencies, errors
+
+
+WRK_LUA = """
+counter = 0
+request = function()
+  counter = counter + 1
+  local body = string.format('{"name":"b-%s-%s-%d"}', RUN, wrk.thread_id or "t", counter)
+  return wrk.format("POST", wrk.path, {["Content-Type"]="application/json", ["Authorization"]=AUTH}, body)
+end
+setup = function(thread) thread:set("id", tostring(math.random(1, 1e9))) end
+init = function(args) wrk.thread_id = id end
+"""
+
+
+def wrk_case(url: str, path: str, headers: dict[str, str], seconds: float, concurrency: int,
+             post_auth: str | None = None) -> tuple[float, float, float, float, int]:
+    """(req/s, p50 ms, p99 ms, mean ms, non-2xx) measured by wrk."""
+    import re
+    import tempfile
+
+    cmd = ["wrk", "-t2", f"-c{concurrency}", f"-d{seconds:.0f}s", "--latency"]
+    for k, v in headers.items():
+        cmd += ["-H", f"{k}: {v}"]
+    script = None
+    if post_auth is not None:
+        script = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)
+        # Lua's RNG restarts with the same seed in every wrk run: a per-run nonce keeps names unique.
+        script.write(f'AUTH = "{post_auth}"\nRUN = "{uuid.uuid4().hex[:10]}"\n' + WRK_LUA)
+        script.close()
+        cmd += ["-s", script.name]
+    out = subprocess.run([*cmd, url + path], capture_output=True, text=True, check=True).stdout
+
+    def ms(label: str) -> float:
+        m = re.search(rf"{label}\s+([\d.]+)(us|ms|s)", out)
+        value, unit = float(m.group(1)), m.group(2)
+        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    return rps, ms("50%"), ms("99%"), ms("Latency"), int(bad.group(1)) if bad else 0
+
+
+def run_wrk(url: str, seconds: float, concurrency: int, tenant_id: str, secret: str) -> list[tuple]:
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    tenant = {"Authorization": f"Bearer {secret}"}
+    start = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cases = [
+        ("admin GET /admin/v1/tenants?limit=50", "/admin/v1/tenants?limit=50", admin, None),
+        ("admin POST /admin/v1/tenants", "/admin/v1/tenants", {}, f"Bearer {ADMIN}"),
+        ("admin GET /admin/v1/tenants/{id}", f"/admin/v1/tenants/{tenant_id}", admin, None),
+        ("tenant GET /v1/tenant/me", "/v1/tenant/me", tenant, None),
+        ("tenant GET /v1/tenant/keys", "/v1/tenant/keys", tenant, None),
+        ("tenant GET /v1/tenant/usage (6 h, hourly)", f"/v1/tenant/usage?start={start}", tenant, None),
+    ]
+    rows = []
+    for name, path, headers, post_auth in cases:
+        wrk_case(url, path, headers, 1, concurrency, post_auth)  # warm-up
+        rows.append((name, *wrk_case(url, path, headers, seconds, concurrency, post_auth)))
+    return rows
 
 
 async def run(url: str, seconds: float, concurrency: int, tenant_id: str, secret: str) -> list[tuple]:
@@ -121,9 +182,16 @@ def main() -> None:
                   for i in range(360)]
         with session_scope(Settings(database_url=url_db)) as s:
             usage.ingest(s, events)
-        rows = asyncio.run(run(base, args.seconds, args.concurrency, tenant["id"], secret))
+        import shutil
+
+        use_wrk = shutil.which("wrk") is not None
+        if use_wrk:
+            rows = run_wrk(base, args.seconds, args.concurrency, tenant["id"], secret)
+        else:
+            rows = asyncio.run(run(base, args.seconds, args.concurrency, tenant["id"], secret))
         print(f"\ncontrol plane API on Postgres, uvicorn workers={args.workers}, concurrency={args.concurrency}, "
-              f"{args.seconds:.0f} s per endpoint, {os.cpu_count()} CPUs (load generator on the same machine)\n")
+              f"{args.seconds:.0f} s per endpoint, {os.cpu_count()} CPUs, load from "
+              f"{'wrk' if use_wrk else 'httpx (install wrk for a cheaper load generator)'} on the same machine\n")
         print(f"{'endpoint':<44} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'errors':>7}")
         for name, rps, p50, p99, mean, errors in rows:
             print(f"{name:<44} {rps:>8.0f} {p50:>8.1f} {p99:>8.1f} {mean:>8.1f} {errors:>7}")

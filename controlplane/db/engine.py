@@ -46,7 +46,10 @@ def _engine_kwargs(settings: Settings) -> dict:
         "echo": settings.sql_echo,
         "pool_size": settings.db_pool_size,
         "max_overflow": settings.db_pool_size,
-        "pool_pre_ping": True,
+        # Optimistic disconnect handling instead of pre-ping (which adds a round trip to every
+        # checkout and cut throughput by a third): a dropped connection fails one request and
+        # SQLAlchemy invalidates the pool; recycling keeps connections younger than proxies' limits.
+        "pool_recycle": 1800,
     }
 
 

@@ -7,7 +7,7 @@ import uuid
 import msgspec
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import joinedload
 
 from controlplane.db.types import utcnow
 from controlplane.models import ApiKey, Quota, Tenant, TenantStatus
@@ -44,7 +44,7 @@ def tenant_out(t: Tenant) -> TenantOut:
 
 
 def _live() -> select:
-    return select(Tenant).where(Tenant.deleted_at.is_(None)).options(selectinload(Tenant.quota))
+    return select(Tenant).where(Tenant.deleted_at.is_(None)).options(joinedload(Tenant.quota))
 
 
 async def get(session: AsyncSession, tenant_id: uuid.UUID) -> Tenant:
