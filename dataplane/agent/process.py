@@ -15,6 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from dataplane.processes import stop_gracefully
 from infra.bootstrap import AgentConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -89,16 +90,7 @@ class AgentProcess:
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM (the agent drains), then SIGKILL the whole group if it does not exit in time."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        return self.proc.returncode
+        return stop_gracefully(self.proc, timeout, kill_group=True)
 
     def __enter__(self) -> AgentProcess:
         return self.start()

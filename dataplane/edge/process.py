@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dataplane.processes import stop_gracefully
 from dataplane.sim.process import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -80,13 +80,7 @@ class EdgeProcess:
         raise TimeoutError(f"edge at {self.url} not answering {path} after {timeout}s")
 
     def stop(self, timeout: float = 5.0) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_gracefully(self.proc, timeout)
         if self._log not in (None, subprocess.DEVNULL):
             self._log.close()
         self._log = None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,8 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from dataplane.processes import stop_gracefully
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,15 +99,9 @@ class SimProcess:
         """SIGTERM, then SIGKILL if it has not exited within ``timeout``."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_gracefully(self.proc, timeout)
         self._close_log()
-        return self.proc.returncode
+        return code
 
     def kill(self) -> None:
         """SIGKILL at once (a node dying)."""
