@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import msgspec
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
@@ -120,21 +121,8 @@ def list_regions(session: Session) -> list[RegionOut]:
                 artifact_bucket=r.artifact_bucket,
                 template_kind=r.template_kind,
                 template_id=r.template_id,
-                zones=[ZoneOut(name=z.name, subnet=z.subnet) for z in r.zones],
-                instance_types=[
-                    InstanceTypeOut(
-                        name=t.name,
-                        gpu_type=t.gpu_type,
-                        gpu_count=t.gpu_count,
-                        gpu_memory_gb=t.gpu_memory_gb,
-                        on_demand_price=t.on_demand_price,
-                        spot_price=t.spot_price,
-                        vcpus=t.vcpus,
-                        memory_gb=t.memory_gb,
-                        zones=t.zones,
-                    )
-                    for t in r.instance_types
-                ],
+                zones=[msgspec.convert(z, ZoneOut, from_attributes=True) for z in r.zones],
+                instance_types=[msgspec.convert(t, InstanceTypeOut, from_attributes=True) for t in r.instance_types],
             )
             for r in regions
         ),

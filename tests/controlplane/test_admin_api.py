@@ -85,6 +85,10 @@ async def test_catalog_import_is_idempotent_and_authoritative(client, admin) -> 
     regions = (await client.get("/admin/v1/catalog/regions", headers=admin)).json()
     assert [(r["cloud"], r["name"]) for r in regions] == [
         ("aws", "us-east-1"), ("aws", "us-west-2"), ("gcp", "us-central1")]
+    east = regions[0]
+    assert [z["name"] for z in east["zones"]] == ["us-east-1a", "us-east-1b"] and east["zones"][0]["subnet"] == "subnet-a"
+    g6 = next(t for t in east["instance_types"] if t["name"] == "g6.xlarge")
+    assert (g6["gpu_type"], g6["gpu_count"], g6["gpu_memory_gb"], g6["spot_price"]) == ("l4", 1, 24, 0.3)
     doc = f.catalog()
     doc["clouds"][0]["regions"] = doc["clouds"][0]["regions"][:1]
     r = await client.post("/admin/v1/catalog/import", json=doc, headers=admin)
