@@ -17,7 +17,7 @@ from tests.e2e.test_platform import ok, wait
 pytestmark = pytest.mark.slow
 IDLE_TIMEOUT_S = 4
 # The pool ends at zero: at teardown only the platform's own services run (API, worker, beat, edge, redis).
-PLATFORM_MIN_PROCESSES = 5
+PLATFORM_MIN_PROCESSES = 5  # services; the warm pool below adds its agents and engines
 
 
 def pool_view(platform: Running, pool_id: str) -> dict:
@@ -66,3 +66,61 @@ def test_scale_to_zero_cold_start_then_back_to_zero(platform: Running) -> None:
              "the idle node terminated")
         decisions = ok(api.get(f"/pools/{pool['id']}/decisions"))["items"]
     assert any(d["target_replicas"] == 0 and any("idle" in r for r in d["reasons"]) for d in decisions), decisions
+
+
+def test_rising_load_scales_a_warm_pool_up_without_losing_requests(platform: Running) -> None:
+    """Queueing leads: a saturated replica (two batch slots, a slowed-down engine) makes the
+    autoscaler's panic window add a replica while every in-flight request still completes."""
+    import threading
+
+    import httpx
+
+    with platform.admin as api:
+        ok(api.post("/catalog/import", json=LOCAL_CATALOG))
+        tenant = ok(api.post("/tenants", json={"name": f"burst-{uuid.uuid4().hex[:6]}"}))
+        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference"]}))["secret"]
+        model = ok(api.post("/models", json={"name": "burst-llama", "variants": [
+            {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
+             "context_length": 8192, "engine_args": {"max_running_requests": 2}}]}))
+        pool = ok(api.post("/pools", json={
+            "name": "burst-llama", "variant_id": model["variants"][0]["id"], "kind": "warm",
+            "min_replicas": 1, "max_replicas": 2, "placement": [{"cloud": "local", "region": "local"}]}))
+        wait(lambda: pool_view(platform, pool["id"])["replicas_by_state"].get("ready", 0) == 1, 60, "one ready replica")
+        (replica,) = ok(api.get("/replicas", params={"pool_id": pool["id"], "state": "ready"}))["items"]
+    # A noisy-neighbour GPU: every engine step 30× slower, so requests pile up behind two slots.
+    assert httpx.post(replica["url"] + "/_sim/faults", json={"slowdown": 30}, timeout=5).status_code == 200
+
+    client = openai.OpenAI(base_url=platform.edge_url + "/v1", api_key=key, max_retries=0, timeout=120)
+    stop = threading.Event()
+    results: list[str] = []
+    errors: list[BaseException] = []
+
+    def user(i: int) -> None:
+        while not stop.is_set():
+            try:
+                stream = client.chat.completions.create(
+                    model="burst-llama", max_tokens=32, stream=True,
+                    messages=[{"role": "user", "content": f"user {i} asks something"}])
+                text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+                results.append(text)
+            except BaseException as exc:  # every failure is reported below
+                errors.append(exc)
+                return
+
+    users = [threading.Thread(target=user, args=(i,), daemon=True) for i in range(16)]
+    for t in users:
+        t.start()
+    try:
+        wait(lambda: pool_view(platform, pool["id"])["desired_replicas"] == 2, 60, "autoscaler scales up")
+        wait(lambda: pool_view(platform, pool["id"])["replicas_by_state"].get("ready", 0) == 2, 90,
+             "second replica ready")
+    finally:
+        stop.set()
+        for t in users:
+            t.join(120)
+    assert not errors, errors[:3]
+    assert len(results) >= 16 and all(results)
+    with platform.admin as api:
+        decisions = ok(api.get(f"/pools/{pool['id']}/decisions"))["items"]
+    up = [d for d in decisions if d["action"] == "scale_up"]
+    assert up and up[-1]["current_replicas"] == 1 and up[-1]["target_replicas"] == 2, decisions
