@@ -59,6 +59,10 @@ class Settings(BaseSettings):
         default=True, description="Beat runs the autoscaler; off: desired_replicas is set by hand (or by tests)."
     )
     autoscale_interval_s: float = Field(default=5.0, gt=0, description="Beat: autoscaler decision period.")
+    autoscaler_overrides: dict[str, float] = Field(
+        default_factory=dict,
+        description='JSON overrides of AutoscalerConfig knobs, e.g. {"scale_down_hold_s": 600}.',
+    )
     sweep_interval_s: float = Field(default=60.0, gt=0, description="Beat: orphan/stale sweep period.")
     usage_rollup_interval_s: float = Field(default=10.0, gt=0, description="Beat: usage rollup period.")
     reconcile_batch: int = Field(default=2000, ge=1, description="Pools claimed by one reconcile tick.")

@@ -177,6 +177,11 @@ def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: De
     panic = replicas_for(panic_units)
     ready = max(1, demand.ready)
     queued_too_long = demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * ready
+    if queued_too_long:
+        # A standing queue is demand the rate signal cannot see (a throttled GPU, longer outputs
+        # than the learned capacity assumed): it asks for at least one more replica.
+        panic_units = max(panic_units, float(demand.ready + 1))
+        panic = replicas_for(panic_units)
     panic_mode = panic > demand.ready and (panic >= config.panic_threshold * ready or queued_too_long)
     return ReactiveNeed(stable_units, panic_units, panic_mode)
 

@@ -287,8 +287,18 @@ def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Set
     return action
 
 
+def config_from(settings: Settings) -> AutoscalerConfig:
+    """The policy's defaults with the operator's overrides; unknown knobs are an error, not ignored."""
+    known = AutoscalerConfig.__dataclass_fields__
+    unknown = sorted(set(settings.autoscaler_overrides) - set(known))
+    if unknown:
+        raise ValueError(f"unknown autoscaler settings: {', '.join(unknown)}")
+    return AutoscalerConfig(**settings.autoscaler_overrides)
+
+
 def autoscale_tick(session: Session, settings: Settings, now: dt.datetime,
                    config: AutoscalerConfig | None = None) -> dict[str, int]:
+    config = config or config_from(settings)
     pools = session.scalars(
         select(Pool).where(Pool.paused.is_(False)).order_by(Pool.id).with_for_update(skip_locked=True, of=Pool)
     ).all()

@@ -169,3 +169,12 @@ def settings(db_url, tmp_path):
     from controlplane.config import Settings
 
     return Settings(database_url=db_url, state_dir=tmp_path, drain_timeout_s=120)
+
+
+def test_operator_overrides_reach_the_policy(db_url, tmp_path) -> None:
+    from controlplane.config import Settings
+    from controlplane.services.autoscaling import config_from
+
+    assert config_from(Settings(database_url=db_url, autoscaler_overrides={"scale_down_hold_s": 42})).scale_down_hold_s == 42
+    with pytest.raises(ValueError, match="scale_down_hold"):
+        config_from(Settings(database_url=db_url, autoscaler_overrides={"scale_down_hold": 42}))

@@ -106,3 +106,29 @@ def test_min_and_max_replicas_are_respected():
     assert idle.target_replicas == 2 and len(idle.add) == 1
     assert flooded.target_replicas == 5 and len(flooded.add) == 2
     assert any("ceiling" in r for r in flooded.reasons)
+
+
+def test_a_standing_queue_scales_up_even_when_the_rate_looks_small() -> None:
+    """A throttled engine: low token rate (so the rate signal says one replica is plenty) but
+    requests pile up behind its batch slots. Queue depth leads: the pool must grow."""
+    from controlplane.autoscaler.config import AutoscalerConfig
+    from controlplane.autoscaler.policy import decide
+    from controlplane.autoscaler.signals import (
+        AutoscalerState,
+        NodeSignal,
+        PoolObservation,
+        PoolSpec,
+        ReplicaSignal,
+    )
+
+    spec = PoolSpec(pool_id="p", kind="warm", min_replicas=1, max_replicas=3, ttft_slo_s=1.0)
+    slow = ReplicaSignal(replica_id="r", node_id="n", state="ready", spot=False, num_queue_reqs=14,
+                         num_running_reqs=2, max_running_requests=2, kv_usage=0.01, started_at=0, ready_at=10)
+    state, now = AutoscalerState(), 1000.0
+    for k in range(4):
+        obs = PoolObservation(now=now + 5 * k, replicas=(slow,), nodes=(NodeSignal("n", 1, 1),),
+                              request_rate_history=[(now + 5 * k, 0.5)], token_rate_history=[(now + 5 * k, 100.0)],
+                              model_ready_seconds=(30.0,))
+        decision, state = decide(spec, obs, state, AutoscalerConfig())
+    assert decision.target_replicas >= 2
+    assert any("queued" in r for r in decision.reasons)

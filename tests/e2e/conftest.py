@@ -106,6 +106,7 @@ def platform(fresh_database: str, tmp_path_factory, request) -> Iterator[Running
     status = state / "status.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NIMBUS_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
+    env.update(getattr(request.module, "PLATFORM_ENV", {}))  # a module's own platform settings
     with open(state / "runner.log", "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "controlplane.embedded", "--no-demo", "--state-dir", str(state / "nimbus"),
