@@ -171,15 +171,16 @@ def replicas_for(units: float) -> int:
 
 
 def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: Demand,
-                  config: AutoscalerConfig) -> ReactiveNeed:
+                  config: AutoscalerConfig, previous_queue: int | None = None) -> ReactiveNeed:
     stable_units = window_mean(samples, now, config.stable_window_s)
     panic_units = window_mean(samples, now, config.panic_window_s)
     panic = replicas_for(panic_units)
     ready = max(1, demand.ready)
     queued_too_long = demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * ready
-    if queued_too_long:
-        # A standing queue is demand the rate signal cannot see (a throttled GPU, longer outputs
-        # than the learned capacity assumed): it asks for at least one more replica.
+    if queued_too_long and previous_queue is not None and demand.queue_total >= previous_queue:
+        # A queue that is not draining is demand the rate signal cannot see (a throttled GPU,
+        # longer outputs than the learned capacity assumed): it asks for one more replica. A
+        # shrinking queue is a burst being worked off, already sized by the rate.
         panic_units = max(panic_units, float(demand.ready + 1))
         panic = replicas_for(panic_units)
     panic_mode = panic > demand.ready and (panic >= config.panic_threshold * ready or queued_too_long)
@@ -478,7 +479,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
 
     keep_s = max(config.stable_window_s, config.panic_window_s)
     demand_samples = record(state.demand_samples, now, demand.units, keep_s)
-    reactive = reactive_need(demand_samples, now, demand, config)
+    reactive = reactive_need(demand_samples, now, demand, config, state.last_queue_total)
     horizon = prewarm_horizon(obs, config)
     predicted, forecast = predictive_need(obs, capacity, horizon, config)
     panic_until = state.panic_until
@@ -552,6 +553,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         tokens_per_replica_s=learned,
         capacity_scale=scale,
         last_ttft_p95_s=demand.ttft_p95_s,
+        last_queue_total=demand.queue_total,
     )
     signals = {
         "active": len(active),

@@ -109,6 +109,7 @@ class AutoscalerState:
     # Share of the profiled capacity a replica delivers inside the SLO, learned from TTFT.
     capacity_scale: float = 1.0
     last_ttft_p95_s: float | None = None  # previous tick's, to tell a draining backlog apart
+    last_queue_total: int | None = None  # previous tick's queued requests: is the queue draining?
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
