@@ -22,6 +22,7 @@ from controlplane.models import (
     ReplicaState,
     Tenant,
 )
+from controlplane.services import usage
 
 _LIMIT_FIELDS = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "monthly_token_budget")
 
@@ -32,7 +33,7 @@ def _iso(value) -> str | None:
 
 def build(session: Session) -> dict:
     now = utcnow()
-    used = month_to_date_tokens_sync(session, now)
+    used = usage.month_to_date_tokens(session, now)
     tenants = session.scalars(
         select(Tenant).where(Tenant.deleted_at.is_(None)).options(selectinload(Tenant.quota)).order_by(Tenant.id)
     ).all()
@@ -138,20 +139,6 @@ def build(session: Session) -> dict:
 def served_model_name(model: str, tier: str) -> str:
     """The name an engine replica serves a variant under (its --served-model-name)."""
     return f"{model}-{tier}"
-
-
-def month_to_date_tokens_sync(session: Session, now) -> dict[uuid.UUID, int]:
-    from sqlalchemy import func
-
-    from controlplane.models import UsageMinute
-
-    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    rows = session.execute(
-        select(UsageMinute.tenant_id, func.sum(UsageMinute.prompt_tokens + UsageMinute.completion_tokens))
-        .where(UsageMinute.minute >= month_start)
-        .group_by(UsageMinute.tenant_id)
-    )
-    return {tid: int(total or 0) for tid, total in rows}
 
 
 def request_activation(session: Session, pool_id: uuid.UUID, variant_id: uuid.UUID) -> Pool | None:

@@ -178,3 +178,14 @@ async def report(
         )
     series.sort(key=lambda s: (s.model, s.tier))
     return UsageReport(start=start, end=end, granularity=granularity, total=_numbers(grand), series=series)
+
+
+def month_to_date_tokens(session: Session, now: dt.datetime) -> dict[uuid.UUID, int]:
+    """Tokens (prompt + completion) each tenant used this calendar month: budgets in the edge snapshot."""
+    month_start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    rows = session.execute(
+        select(UsageMinute.tenant_id, func.sum(UsageMinute.prompt_tokens + UsageMinute.completion_tokens))
+        .where(UsageMinute.minute >= month_start)
+        .group_by(UsageMinute.tenant_id)
+    )
+    return {tid: int(total or 0) for tid, total in rows}
