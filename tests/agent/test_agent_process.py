@@ -127,6 +127,10 @@ def test_sigterm_drains_in_flight_requests_then_exits(started):
     assert agent.wait(lambda s: s["draining"], what="draining")["draining"]
     assert httpx.get(agent.url + "/health").status_code == 503
     wait_cp(cp, node_id, lambda rs: all(r["state"] == "draining" for r in rs), timeout=10, what="draining")
+    # Replicas are reported draining at once; the node follows with the agent's next heartbeat.
+    deadline = time.monotonic() + 10
+    while cp.get_admin(f"/admin/v1/nodes/{node_id}")["state"] != "draining" and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert cp.get_admin(f"/admin/v1/nodes/{node_id}")["state"] == "draining"
 
     thread.join(60)
