@@ -1,13 +1,14 @@
-"""A bare ASGI application around ``EdgeService``: no framework on the hot path, so the edge adds
-as little as possible to every request and every token."""
+"""The edge's HTTP front: routes on ``dataplane.httpserver`` (no framework on the hot path, so the
+edge adds as little as possible to every request and every token) around ``EdgeService``."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import signal
 from typing import Any
 
+from dataplane import httpserver
 from dataplane.edge import errors
 from dataplane.edge.service import EdgeService, send_json
 from dataplane.edge.validation import CHAT, COMPLETION
@@ -15,47 +16,66 @@ from dataplane.edge.validation import CHAT, COMPLETION
 log = logging.getLogger("nimbus.edge.app")
 
 INFERENCE_ROUTES = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION}
+# In-flight streams get this long to finish when the edge is told to stop.
+SHUTDOWN_GRACE_S = 30.0
+
+
+class ConnectionSend:
+    """``EdgeService`` speaks ASGI-shaped messages (``http.response.start`` / ``.body`` with
+    ``more_body``); this writes them straight to the client's connection: a single body becomes a
+    Content-Length response, ``more_body`` turns it into a chunked stream, and a slow reader
+    pauses the writer (flow control) instead of growing the edge's memory."""
+
+    __slots__ = ("conn", "headers", "status", "streaming")
+
+    def __init__(self, conn: httpserver.Connection) -> None:
+        self.conn = conn
+        self.status = 200
+        self.headers = b""
+        self.streaming = False
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            self.headers = httpserver.render_headers(message.get("headers", ()))
+            return
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        conn = self.conn
+        if not self.streaming:
+            if not more:
+                conn.write_raw_response(self.status, self.headers, body)
+                return
+            self.streaming = True
+            conn.start_raw_chunked(self.status, self.headers)
+        if more:
+            conn.write_chunk(body)
+            await conn.drain()
+        else:
+            conn.end_chunked(body)
 
 
 class EdgeApp:
     def __init__(self, service: EdgeService) -> None:
         self.service = service
 
-    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
-        kind = scope["type"]
-        if kind == "http":
-            await self._http(scope, receive, send)
-        elif kind == "lifespan":
-            await self._lifespan(receive, send)
-
-    async def _lifespan(self, receive, send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                try:
-                    await self.service.start()
-                except Exception as exc:  # surface the reason instead of a silent exit
-                    log.exception("edge failed to start")
-                    await send({"type": "lifespan.startup.failed", "message": repr(exc)})
-                    return
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.service.stop()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-
-    async def _http(self, scope: dict[str, Any], receive, send) -> None:
-        path, method = scope["path"], scope["method"]
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+    async def dispatch(self, request: httpserver.Request) -> None:
+        path, method = request.path, request.method
+        send = ConnectionSend(request.conn)
         try:
             kind = INFERENCE_ROUTES.get(path)
             if kind is not None:
                 if method != "POST":
                     raise errors.EdgeError(405, "Use POST.", code="method_not_allowed")
-                raw = await self._read_body(receive, self.service.settings.max_body_bytes)
-                await self._with_disconnect(self.service.handle_inference(kind, headers, raw, send), receive)
+                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers.items()}
+                # A client that goes away cancels its request, which aborts the upstream call.
+                task = asyncio.current_task()
+                assert task is not None
+                request.conn.on_close(task.cancel)
+                await self.service.handle_inference(kind, headers, request.body, send)
             elif path == "/v1/models" and method == "GET":
-                await send_json(send, 200, self.service.list_models(headers.get("authorization")))
+                auth = request.headers.get(b"authorization")
+                await send_json(send, 200, self.service.list_models(auth.decode("latin-1") if auth else None))
             elif path == "/health":
                 await send_json(send, 200, b'{"status":"ok"}')
             elif path == "/ready":
@@ -63,46 +83,30 @@ class EdgeApp:
                 await send_json(send, 200 if ready else 503, b'{"ready":%s}' % (b"true" if ready else b"false"))
             elif path == "/metrics":
                 self.service.metrics.snapshot_age.set(self.service.snapshot_age())
-                body = self.service.metrics.render()
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": [(b"content-type", b"text/plain; version=0.0.4")]})
-                await send({"type": "http.response.body", "body": body})
+                request.conn.write_response(200, self.service.metrics.render(), b"text/plain; version=0.0.4")
             else:
                 raise errors.EdgeError(404, f"No route for {method} {path}.", code="not_found")
         except errors.EdgeError as exc:
             await send_json(send, exc.status, exc.body(), exc.headers)
 
-    @staticmethod
-    async def _read_body(receive, limit: int) -> bytes:
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise asyncio.CancelledError
-            body = message.get("body", b"")
-            size += len(body)
-            if size > limit:
-                raise errors.EdgeError(413, f"Request body is larger than {limit} bytes.", code="request_too_large")
-            chunks.append(body)
-            if not message.get("more_body"):
-                return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+    def server_options(self) -> httpserver.ServerOptions:
+        limit = self.service.settings.max_body_bytes
+        too_large = errors.EdgeError(413, f"Request body is larger than {limit} bytes.", code="request_too_large")
+        return httpserver.ServerOptions(max_body=limit, too_large_type=b"application/json",
+                                        too_large_body=too_large.body())
 
-    @staticmethod
-    async def _with_disconnect(work, receive) -> None:
-        """Run the request; if the client disconnects first, cancel it (which aborts the upstream call).
-        A done-callback rather than ``asyncio.wait``: this runs once per request on the hot path."""
-        task = asyncio.ensure_future(work)
-        watcher = asyncio.ensure_future(receive())
-
-        def on_message(fut: asyncio.Future) -> None:
-            if not fut.cancelled() and fut.exception() is None and fut.result().get("type") == "http.disconnect":
-                if not task.done():
-                    task.cancel()
-
-        watcher.add_done_callback(on_message)
+    async def serve_forever(self, host: str, port: int) -> None:
+        """Start the service (snapshot, limits, usage), serve until SIGTERM/SIGINT, then stop
+        accepting, let in-flight requests finish and flush usage."""
+        await self.service.start()
+        server = await httpserver.serve(self.dispatch, host, port, self.server_options())
+        log.info("edge listening on %s:%d", host, port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
         try:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop.wait()
         finally:
-            watcher.remove_done_callback(on_message)
-            watcher.cancel()
+            await server.shutdown(SHUTDOWN_GRACE_S)
+            await self.service.stop()

@@ -78,16 +78,13 @@ def main(argv: list[str] | None = None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings, factory = resolve(args)
 
-    import uvicorn
+    import uvloop
 
     from dataplane.edge.app import EdgeApp
     from dataplane.edge.service import EdgeService
 
     app = EdgeApp(EdgeService(settings, factory))
-    uvicorn.run(app, host=settings.host, port=settings.port, loop="uvloop", http="httptools", lifespan="on",
-                access_log=False, log_level=args.log_level.lower(), timeout_keep_alive=75,
-                proxy_headers=False, server_header=False, date_header=False)
-
+    uvloop.run(app.serve_forever(settings.host, settings.port))
 
 if __name__ == "__main__":
     main()

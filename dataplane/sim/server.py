@@ -19,7 +19,9 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from . import http, protocol, timing
+from dataplane import httpserver as http
+
+from . import protocol, timing
 from .config import SimConfig
 from .engine import CRASH_EXIT_CODE, RequestError, SimEngine, SimRequest
 from .faults import Faults
