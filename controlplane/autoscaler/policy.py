@@ -511,7 +511,10 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     floor, floor_reason = kind_floor(spec, obs)
     # Keep more than the hold window: the "enough history" test must not depend on how evenly
     # beat spaced the ticks (with 10 s ticks a 300 s window never held 295 s of samples).
-    need_samples = record(state.need_samples, now, max(need, float(floor)), config.scale_down_hold_s * 1.5)
+    # The need is recorded without the floor: the scale-down headroom is for demand, and a
+    # floor of m with headroom rounds up to m + 1, so a warm pool could never shrink back to
+    # its min_replicas. ``clamp_target`` applies the floor.
+    need_samples = record(state.need_samples, now, need, config.scale_down_hold_s * 1.5)
     if floor == 0 and floor_reason is not None:
         target, why = 0, floor_reason
     else:

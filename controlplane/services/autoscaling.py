@@ -119,9 +119,12 @@ def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime) -> tuple
     ).all()
     # A minute bucket's rate is known once the minute is over: stamp it at its end. As "last
     # request" it counts from its start: live metrics (and pool.last_request_at, written on
-    # every busy tick) cover the minute still running.
-    req = [(m.timestamp() + 60, float(n or 0) / 60) for m, n, _ in rows]
-    tok = [(m.timestamp() + 60, float(t or 0) / 60) for m, _, t in rows]
+    # every busy tick) cover the minute still running. That minute's bucket is left out of the
+    # rates: stamped in the future with a partial count, it would put the history out of order
+    # (the forecast's windows would drop the live sample appended after it).
+    ended = [(m.timestamp() + 60, n, t) for m, n, t in rows if m.timestamp() + 60 <= now.timestamp()]
+    req = [(end, float(n or 0) / 60) for end, n, _ in ended]
+    tok = [(end, float(t or 0) / 60) for end, _, t in ended]
     last = rows[-1][0].timestamp() if rows else None
     return req, tok, last
 

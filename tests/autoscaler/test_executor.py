@@ -25,6 +25,7 @@ from controlplane.models import (
     Replica,
     ReplicaState,
     Tenant,
+    UsageMinute,
 )
 from controlplane.services.autoscaling import autoscale_pool, autoscale_tick, histogram_quantile
 
@@ -178,3 +179,29 @@ def test_operator_overrides_reach_the_policy(db_url, tmp_path) -> None:
     assert config_from(Settings(database_url=db_url, autoscaler_overrides={"scale_down_hold_s": 42})).scale_down_hold_s == 42
     with pytest.raises(ValueError, match="scale_down_hold"):
         config_from(Settings(database_url=db_url, autoscaler_overrides={"scale_down_hold": 42}))
+
+
+def test_rate_history_holds_only_finished_minutes_and_ends_with_the_live_rate(settings) -> None:
+    """The minute still running is not a rate yet: stamped at its end (in the future) with a
+    partial count it put the history out of order, so the forecast's windows dropped the live
+    sample after it and kept sizing the pool from minutes that were over."""
+    from controlplane.services.autoscaling import observe
+
+    live = {"num_running_reqs": 1, "num_requests_per_s": 2.0, "prompt_tokens_per_s": 30.0,
+            "generation_tokens_per_s": 20.0}
+    pool_id = make_pool(settings, metrics=live)
+    now = T0 + dt.timedelta(minutes=2, seconds=30)
+    with session_scope(settings) as s:
+        pool = s.get(Pool, pool_id)
+        tenant = Tenant(name=f"t-{uuid.uuid4().hex[:6]}")
+        s.add(tenant)
+        s.flush()
+        for minute, tokens in ((T0 + dt.timedelta(minutes=1), 6000), (T0 + dt.timedelta(minutes=2), 600)):
+            s.add(UsageMinute(tenant_id=tenant.id, variant_id=pool.variant_id, minute=minute, requests=60,
+                              prompt_tokens=tokens, completion_tokens=0))
+        s.flush()
+        seen = observe(s, pool, now)
+    history = list(seen.obs.token_rate_history)
+    assert history == [((T0 + dt.timedelta(minutes=2)).timestamp(), 100.0), (now.timestamp(), 50.0)]
+    assert [t for t, _ in history] == sorted(t for t, _ in history)
+    assert seen.obs.last_request_at == now.timestamp()  # busy now; the running minute still counts as use

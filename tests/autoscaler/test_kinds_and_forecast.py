@@ -110,3 +110,23 @@ def test_prewarm_before_a_predictable_ramp_by_p90_ready_time():
     cold = Driver(spec, config)
     obs = PoolObservation(now=start, replicas=pool_at(2, 0.6), model_ready_seconds=ready_times)
     assert not cold.tick(obs).add
+
+
+def test_warm_pool_shrinks_back_to_its_floor_once_the_load_is_gone():
+    """The floor is not demand: with the scale-down headroom a floor of 1 counted as need
+    rounded up to 2, so a warm pool grown to 2 stayed there even with nothing to serve."""
+    config = AutoscalerConfig()
+    driver = Driver(make_spec(kind="warm", min_replicas=1, max_replicas=4), config)
+    for k in range(20):  # busy: two replicas' worth
+        driver.tick(PoolObservation(now=5.0 * k, replicas=pool_at(2, 0.8), last_request_at=5.0 * k))
+    assert driver.state.target == 2
+    drained_at = decision = None
+    for k in range(20, 200):  # idle from here on
+        decision = driver.tick(PoolObservation(now=5.0 * k, replicas=pool_at(2, 0.0), last_request_at=95.0))
+        if decision.drain:
+            drained_at = 5.0 * k
+            break
+    assert drained_at is not None, decision.reasons
+    assert drained_at - 100.0 >= config.scale_down_hold_s - config.decision_interval_s
+    assert decision.target_replicas == 1 and len(decision.drain) == 1
+    assert any(r.startswith("scale down") for r in decision.reasons), decision.reasons
