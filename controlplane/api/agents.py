@@ -18,6 +18,8 @@ its node (it can only write that node and its replicas) and dies when the node i
     For a restarted agent: the node's old replicas are marked stopped.
 ``POST /replicas`` ``{"replicas": [ReplicaReport…]}`` → ``{"applied": n}``. Sent on every
     replica state change (started, ready, restarting, draining, stopped, failed).
+    On a draining node, a report with every replica ``stopped`` (or ``failed``) means drained:
+    the next reconcile tick terminates the node instead of waiting out its drain deadline.
 ``POST /heartbeat`` ``{"draining": bool, "drain_deadline_s"?, "agent_url", "node_metrics": {…},
     "replicas": [ReplicaReport…]}`` → ``{"commands": [...], "heartbeat_interval_s": null|s}``.
     Commands: ``{"type": "drain", "deadline_at", "deadline_s"}`` while the node is draining;

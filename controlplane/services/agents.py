@@ -267,8 +267,8 @@ def request_drain(session: Session, node_id: uuid.UUID, *, deadline_s: float = D
     """Stop sending new work to a node at once and let its in-flight requests finish.
 
     Replicas turn ``draining`` right here (the next edge snapshot drops them); the agent learns
-    on its next heartbeat, waits for in-flight requests up to the deadline, stops its engines
-    and exits. Idempotent: draining an already draining node keeps the earlier deadline.
+    on its next heartbeat, waits for in-flight requests up to the deadline, stops its engines,
+    reports them stopped (which lets reconcile terminate the node at once) and exits. Idempotent: draining an already draining node keeps the earlier deadline.
     """
     node = session.get(Node, node_id, with_for_update=True)
     if node is None:

@@ -3,8 +3,9 @@
 Reconciling touches only the database. Missing capacity becomes node rows (state
 ``pending``) plus ``launch`` operations *before* any cloud is called (the write-before-
 launch rule: a VM can only exist for a row that already exists, so the sweeper can tell
-ours from leaks). Surplus nodes are drained, then terminated, through operations. The
-executors in ``launcher`` and ``terminator`` carry operations out against the clouds.
+ours from leaks). Surplus nodes are drained, then terminated, through operations: as soon
+as their agent reports them drained, or when their drain deadline passes. The executors in
+``launcher`` and ``terminator`` carry operations out against the clouds.
 
 One replica per node for now (a node's GPUs ≥ the variant's ``gpu_count``); packing
 several replicas per node is a later concern.
@@ -20,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import ColumnElement, select, update
+from sqlalchemy import ColumnElement, and_, case, exists, select, update
 from sqlalchemy.orm import Session, lazyload
 
 from controlplane.config import Settings
@@ -47,6 +48,8 @@ PREEMPTED = "preempted"
 REMOVAL_RANK: dict[NodeState, int] = {S.pending: 0, S.provisioning: 1, S.booting: 2, S.ready: 3}
 # Everything reconcile looks at: the counted nodes plus those already draining.
 RECONCILED_STATES = (*REMOVAL_RANK, S.draining)
+# A replica in these states has no engine running: nothing can be in flight on it.
+ENDED_REPLICA_STATES = (ReplicaState.stopped, ReplicaState.failed)
 
 
 def launch_key(node_id: uuid.UUID) -> str:
@@ -69,6 +72,7 @@ class NodeView:
     spot: bool  # pending: wants spot; launched: runs on spot
     created_at: dt.datetime
     drain_deadline_at: dt.datetime | None = None
+    drained: bool = False  # draining, and its agent reported every replica ended
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,8 @@ def begin_termination(
 
 
 def begin_drain(session: Session, node: Node, now: dt.datetime, settings: Settings) -> list[Operation]:
-    """Stop sending work to a ready node; it is terminated once its drain deadline passes."""
+    """Stop sending work to a ready node; it is terminated once its agent reports it drained
+    (see :func:`drain_finished`), or when its drain deadline passes."""
     if node.state != S.ready or settings.drain_timeout_s <= 0:
         op = begin_termination(session, node, now, settings, reason="scale down")
         return [op] if op else []
@@ -196,6 +201,22 @@ class PoolChanges:
     drained_nodes: list[uuid.UUID] = field(default_factory=list)  # finished draining this tick
 
 
+def _drained() -> ColumnElement[bool]:
+    """True for a draining node whose agent has reported every one of its replicas ended.
+
+    The agent stops its engines only once their in-flight requests are done (or its own
+    deadline passed), then reports them ``stopped`` and exits: from then on the VM serves
+    nothing. A node with no replica on record has reported nothing, so it waits for its deadline.
+    """
+    # pool_id too: replicas.node_id has no index, (pool_id, state) has one.
+    of_node = (Replica.pool_id == Node.pool_id, Replica.node_id == Node.id)
+    any_replica = exists().where(*of_node).correlate(Node)
+    running = exists().where(*of_node, Replica.state.not_in(ENDED_REPLICA_STATES)).correlate(Node)
+    # CASE, so that the subqueries run for the few draining nodes only, not for every node.
+    # (Plain EXISTS rather than bool_and: the embedded platform runs on SQLite.)
+    return case((Node.state == S.draining, and_(any_replica, ~running)), else_=False)
+
+
 def node_views(session: Session, pool_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[NodeView]]:
     """The reconciled nodes of ``pool_ids`` as plain tuples: one query, no ORM objects, no locks.
 
@@ -203,13 +224,31 @@ def node_views(session: Session, pool_ids: Sequence[uuid.UUID]) -> dict[uuid.UUI
     """
     views: dict[uuid.UUID, list[NodeView]] = defaultdict(list)
     rows = session.execute(
-        select(Node.pool_id, Node.id, Node.state, Node.spot, Node.created_at, Node.drain_deadline_at).where(
-            Node.pool_id.in_(pool_ids), Node.state.in_(RECONCILED_STATES)
-        )
+        select(Node.pool_id, Node.id, Node.state, Node.spot, Node.created_at, Node.drain_deadline_at,
+               _drained()).where(Node.pool_id.in_(pool_ids), Node.state.in_(RECONCILED_STATES))
     )
-    for pool_id, node_id, state, spot, created_at, drain_deadline_at in rows:
-        views[pool_id].append(NodeView(node_id, state, spot, created_at, drain_deadline_at))
+    for pool_id, node_id, state, spot, created_at, drain_deadline_at, drained in rows:
+        views[pool_id].append(NodeView(node_id, state, spot, created_at, drain_deadline_at, bool(drained)))
     return views
+
+
+def drain_finished(view: NodeView, now: dt.datetime) -> str | None:
+    """Why a draining node may be terminated now, or None while it must keep draining.
+
+    Decided here, in the reconcile tick, rather than when the agent's report arrives: the tick
+    already owns the draining → terminating move (pools claimed with SKIP LOCKED, the drain
+    operation closed, the terminate operation fanned out to a worker right after commit), and
+    it is where the deadline fallback must live anyway, for an agent that never reports (dead,
+    partitioned, its last report lost). The agent API stays a write of the node's own rows.
+    The cost is at most one reconcile interval (seconds) instead of the whole drain timeout.
+    """
+    if view.state != S.draining:
+        return None
+    if view.drained:
+        return "drained: the agent reported every replica stopped"
+    if view.drain_deadline_at is not None and view.drain_deadline_at <= now:
+        return "drain deadline passed"
+    return None
 
 
 def _lock_nodes(session: Session, views: dict[uuid.UUID, NodeView]) -> dict[uuid.UUID, Node]:
@@ -234,19 +273,19 @@ def reconcile_pools(
     changes = PoolChanges()
     plans: list[tuple[Pool, PoolPlan]] = []
     touched: dict[uuid.UUID, NodeView] = {}
-    finishing: set[uuid.UUID] = set()
+    finishing: dict[uuid.UUID, str] = {}  # draining node → why it goes now
     for pool in pools:
         pool_views = views.get(pool.id, [])
         for v in pool_views:
-            if v.state == S.draining and v.drain_deadline_at is not None and v.drain_deadline_at <= now:
+            if reason := drain_finished(v, now):
                 touched[v.id] = v
-                finishing.add(v.id)
+                finishing[v.id] = reason
         plan = plan_pool(pool.desired_replicas, pool.spot_policy, pool.spot_base_on_demand, pool_views)
         touched.update((v.id, v) for v in pool_views if v.id in plan.remove)
         plans.append((pool, plan))
     nodes = _lock_nodes(session, touched)
-    for node_id in finishing & nodes.keys():
-        if op := begin_termination(session, nodes[node_id], now, settings, reason="drain finished"):
+    for node_id in finishing.keys() & nodes.keys():
+        if op := begin_termination(session, nodes[node_id], now, settings, reason=finishing[node_id]):
             changes.operations.append(op)
         changes.drained_nodes.append(node_id)
     launches: list[Operation] = []

@@ -12,6 +12,9 @@ import time
 import httpx
 import pytest
 
+from controlplane.db.engine import session_scope
+from controlplane.db.types import utcnow
+from controlplane.services.provisioning import reconcile_tick
 from dataplane.agent.process import AgentProcess
 from tests.agent.conftest import EDGE_TOKEN, FAST_AGENT_ENV, ControlPlane, agent_config, make_node, make_pool
 
@@ -147,6 +150,15 @@ def test_control_plane_drain_command_stops_the_agent(started):
     assert agent.wait(lambda s: s["draining"], timeout=10, what="draining")
     assert agent.proc.wait(30) == 0
     assert all(r["state"] == "stopped" for r in replicas_of(cp, node_id))
+    # That last report is the agent saying "drained": the next reconcile tick ends the node,
+    # well before its 30 s deadline, instead of leaving an idle VM up until then.
+    with session_scope(cp.settings) as session:
+        reconcile_tick(session, cp.settings, utcnow())
+    node = cp.get_admin(f"/admin/v1/nodes/{node_id}")
+    assert node["state"] == "terminating", node
+    audit = cp.get_admin("/admin/v1/audit?action=node.terminating")["items"]
+    assert [(a["target_id"], a["after"]["reason"]) for a in audit] == [
+        (node_id, "drained: the agent reported every replica stopped")]
 
 
 def test_refused_bootstrap_token_exits_with_its_own_code(cp: ControlPlane, tmp_path):

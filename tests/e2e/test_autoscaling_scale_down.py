@@ -10,6 +10,7 @@ import json
 import threading
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -154,5 +155,11 @@ def test_falling_load_drains_and_scales_a_warm_pool_down_without_losing_requests
     log = Path(platform.state_dir, "local-cloud", "instances", node["instance_id"], "agent.log").read_text()
     drains = [json.loads(line) for line in log.splitlines() if '"msg": "drain' in line]
     assert [d["msg"] for d in drains] == ["draining", "drained"] and drains[-1]["in_flight"] == 0, drains
+    # Drained means gone: the node is terminated once its agent reports drained, not when its drain
+    # deadline (NIMBUS_DRAIN_TIMEOUT_S, 20 s in the embedded platform) passes.
+    times = {k: datetime.fromisoformat(v) for k, v in node["state_times"].items()}
+    drain_to_terminated_s = (times["terminated"] - times["draining"]).total_seconds()
+    assert drain_to_terminated_s < 20, node["state_times"]
     print(f"scale-down decided {scaled_down_after:.1f} s after the load fell: {down['reasons']} "
-          f"(light load {down['signals']['token_rate']:.0f} tok/s, capacity {down['signals']['capacity_tok_s']} tok/s)")
+          f"(light load {down['signals']['token_rate']:.0f} tok/s, capacity {down['signals']['capacity_tok_s']} tok/s); "
+          f"node draining → terminated in {drain_to_terminated_s:.1f} s")
