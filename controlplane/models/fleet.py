@@ -119,4 +119,8 @@ class Replica(UUIDPrimaryKey, Timestamps, Base):
 
     node: Mapped[Node] = relationship(back_populates="replicas")
 
-    __table_args__ = (Index("ix_replicas_pool_id_state", "pool_id", "state"),)
+    __table_args__ = (
+        Index("ix_replicas_pool_id_state", "pool_id", "state"),
+        # Every agent heartbeat reads its node's replicas, and deleting a node cascades to them.
+        Index("ix_replicas_node_id", "node_id"),
+    )
