@@ -126,7 +126,7 @@ class PredictedTtft:
     name = "predicted_ttft"
 
     def __init__(self, index: PrefixIndex, model: TtftModel, uncached_penalty: float = 1.0,
-                 balance_rel: float = 1.5, balance_abs: int = 4) -> None:
+                 balance_rel: float = 1.5, balance_abs: int = 16) -> None:
         self.index = index
         self.model = model
         # "Sticky until saturated": a replica running more than balance_rel x the mean (+ balance_abs)
@@ -176,7 +176,7 @@ POLICY_NAMES = ("predicted_ttft", "least_load", "round_robin")
 
 
 def make_policy(name: str, index: PrefixIndex, model: TtftModel, uncached_penalty: float = 1.0,
-                balance_rel: float = 1.5, balance_abs: int = 4) -> RoutingPolicy:
+                balance_rel: float = 1.5, balance_abs: int = 16) -> RoutingPolicy:
     if name == "round_robin":
         return RoundRobin()
     if name == "least_load":

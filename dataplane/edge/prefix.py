@@ -27,6 +27,7 @@ def block_hashes(text: str, block_chars: int) -> list[int]:
 
 @dataclass(slots=True)
 class _ReplicaBlocks:
+    kv_tokens: int
     nominal_capacity: int
     capacity: int
     blocks: OrderedDict = field(default_factory=OrderedDict)  # hash -> last use (monotonic s)
@@ -55,8 +56,24 @@ class PrefixIndex:
         entry = self._replicas.get(replica_id)
         if entry is None:
             nominal = self._nominal_blocks(max_total_tokens)
-            entry = self._replicas[replica_id] = _ReplicaBlocks(nominal, nominal)
+            entry = self._replicas[replica_id] = _ReplicaBlocks(max_total_tokens, nominal, nominal)
         return entry
+
+    def calibrate(self, chars_per_token: float) -> None:
+        """Follow the token estimator: each replica's LRU holds its KV capacity in *characters*, so
+        with a stale characters-per-token figure the index forgets prefixes before the engine does
+        (4.0 assumed against 5.1 measured forgot a fifth of every replica's cache: a returning
+        tenant's prompt then looked cold everywhere and went wherever load was lowest)."""
+        if chars_per_token <= 0 or abs(chars_per_token - self.chars_per_token) < 0.02 * self.chars_per_token:
+            return
+        self.chars_per_token = chars_per_token
+        for entry in self._replicas.values():
+            nominal = self._nominal_blocks(entry.kv_tokens)
+            # Keep what the engine's feedback taught (capacity / nominal), on the new scale.
+            entry.capacity = max(1, min(nominal, round(entry.capacity * nominal / entry.nominal_capacity)))
+            entry.nominal_capacity = nominal
+            while len(entry.blocks) > entry.capacity:
+                entry.blocks.popitem(last=False)
 
     def forget(self, replica_id: str) -> None:
         self._replicas.pop(replica_id, None)

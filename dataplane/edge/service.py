@@ -544,6 +544,7 @@ class EdgeService:
             prompt, completion = req.prompt_tokens_est, st.chunks
         if st.usage is not None and req is not None:
             self.estimator.observe(len(req.prompt_text), prompt)
+            self.index.calibrate(self.estimator.chars_per_token)
         if st.lease is not None:
             self._spawn(self.limiter.settle(st.lease, prompt + completion))
         model = st.model or "unknown"

@@ -32,7 +32,7 @@ class EdgeSettings:
     decode_ms_per_running: float = 2.0  # each running request lengthens the steps a new prefill shares
     uncached_penalty: float = 1.0  # extra weight on a prompt's own uncached prefill (see policies.py)
     balance_rel: float = 1.5  # predicted_ttft skips replicas running > balance_rel x mean + balance_abs
-    balance_abs: int = 4  # queueing cost of each running request on a replica
+    balance_abs: int = 16  # ... + this many requests: a hot tenant may fill half a replica's slots more before spilling
     default_rtt_ms: float = 1.0
     capacity_factor: float = 1.0  # fraction of a replica's max_running_requests the edge will fill
     max_inflight_per_replica: int | None = None  # hard override of the per-replica concurrency cap

@@ -63,6 +63,31 @@ def test_prefix_index_is_bounded_by_kv_capacity_and_corrected_by_reports():
     assert idx._replicas["r"].capacity == 16
 
 
+def test_prefix_index_follows_the_calibrated_characters_per_token():
+    """The index sizes each replica's LRU in characters; when prompts turn out to carry more
+    characters per token than assumed, the same KV holds more characters, and the index must not
+    forget prefixes the engine still has."""
+    idx = PrefixIndex(block_chars=16, chars_per_token=4.0)
+    a, b = block_hashes("a" * 160, 16), block_hashes("b" * 160, 16)  # 10 blocks each
+    idx.record("r", 64, a, now=0)  # 64 tokens x 4 chars = 16 blocks
+    idx.record("r", 64, b, now=1)
+    assert idx.matched_blocks("r", a, now=2) < 10  # part of `a` forgotten at 4 chars/token
+    idx.calibrate(5.0)  # 64 tokens x 5 chars = 20 blocks
+    assert idx._replicas["r"].nominal_capacity == 20
+    idx.record("r", 64, a, now=3)
+    idx.record("r", 64, b, now=4)
+    assert idx.matched_blocks("r", a, now=5) == 10 and idx.matched_blocks("r", b, now=5) == 10
+    # What the engine's feedback taught (a smaller effective cache) survives the rescale.
+    idx.correct("r", predicted_share=0.9, reported_share=0.1)
+    learned = idx._replicas["r"].capacity / 20
+    idx.calibrate(4.0)
+    assert idx._replicas["r"].nominal_capacity == 16
+    assert abs(idx._replicas["r"].capacity / 16 - learned) < 0.1
+    assert idx.blocks_held("r") <= idx._replicas["r"].capacity
+    idx.calibrate(4.01)  # a change under 2% is ignored
+    assert idx.chars_per_token == 4.0
+
+
 def test_predicted_ttft_keeps_a_prefix_on_its_replica_until_backlog_outweighs_it():
     cat = catalog(n=2, max_running=100)
     router = make_router(prefill_ms_per_token=1.0, decode_ms_per_running=0.0)
