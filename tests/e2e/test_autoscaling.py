@@ -68,6 +68,24 @@ def test_scale_to_zero_cold_start_then_back_to_zero(platform: Running) -> None:
     assert any(d["target_replicas"] == 0 and any("idle" in r for r in d["reasons"]) for d in decisions), decisions
 
 
+def two_slot_warm_pool(platform: Running, name: str) -> tuple[str, dict, dict]:
+    """A tenant key and a warm pool (min 1, max 2) of a model whose engines have two batch slots,
+    so a modest burst queues; returns (key, pool, its one ready replica)."""
+    with platform.admin as api:
+        ok(api.post("/catalog/import", json=LOCAL_CATALOG))
+        tenant = ok(api.post("/tenants", json={"name": f"{name}-{uuid.uuid4().hex[:6]}"}))
+        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference"]}))["secret"]
+        model = ok(api.post("/models", json={"name": name, "variants": [
+            {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
+             "context_length": 8192, "engine_args": {"max_running_requests": 2}}]}))
+        pool = ok(api.post("/pools", json={
+            "name": name, "variant_id": model["variants"][0]["id"], "kind": "warm",
+            "min_replicas": 1, "max_replicas": 2, "placement": [{"cloud": "local", "region": "local"}]}))
+        wait(lambda: pool_view(platform, pool["id"])["replicas_by_state"].get("ready", 0) == 1, 60, "one ready replica")
+        (replica,) = ok(api.get("/replicas", params={"pool_id": pool["id"], "state": "ready"}))["items"]
+    return key, pool, replica
+
+
 def test_rising_load_scales_a_warm_pool_up_without_losing_requests(platform: Running) -> None:
     """Queueing leads: a saturated replica (two batch slots, a slowed-down engine) makes the
     autoscaler's panic window add a replica while every in-flight request still completes."""
@@ -75,18 +93,7 @@ def test_rising_load_scales_a_warm_pool_up_without_losing_requests(platform: Run
 
     import httpx
 
-    with platform.admin as api:
-        ok(api.post("/catalog/import", json=LOCAL_CATALOG))
-        tenant = ok(api.post("/tenants", json={"name": f"burst-{uuid.uuid4().hex[:6]}"}))
-        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference"]}))["secret"]
-        model = ok(api.post("/models", json={"name": "burst-llama", "variants": [
-            {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
-             "context_length": 8192, "engine_args": {"max_running_requests": 2}}]}))
-        pool = ok(api.post("/pools", json={
-            "name": "burst-llama", "variant_id": model["variants"][0]["id"], "kind": "warm",
-            "min_replicas": 1, "max_replicas": 2, "placement": [{"cloud": "local", "region": "local"}]}))
-        wait(lambda: pool_view(platform, pool["id"])["replicas_by_state"].get("ready", 0) == 1, 60, "one ready replica")
-        (replica,) = ok(api.get("/replicas", params={"pool_id": pool["id"], "state": "ready"}))["items"]
+    key, pool, replica = two_slot_warm_pool(platform, "burst-llama")
     # A noisy-neighbour GPU: every engine step 30× slower, so requests pile up behind two slots.
     assert httpx.post(replica["url"] + "/_sim/faults", json={"slowdown": 30}, timeout=5).status_code == 200
 

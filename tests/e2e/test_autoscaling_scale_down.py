@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
 
@@ -17,9 +16,8 @@ import httpx
 import openai
 import pytest
 
-from controlplane.embedded import LOCAL_CATALOG
 from tests.e2e.conftest import Running
-from tests.e2e.test_autoscaling import pool_view
+from tests.e2e.test_autoscaling import pool_view, two_slot_warm_pool
 from tests.e2e.test_platform import ok, wait
 
 pytestmark = pytest.mark.slow
@@ -78,18 +76,7 @@ class Load:
 
 
 def test_falling_load_drains_and_scales_a_warm_pool_down_without_losing_requests(platform: Running) -> None:
-    with platform.admin as api:
-        ok(api.post("/catalog/import", json=LOCAL_CATALOG))
-        tenant = ok(api.post("/tenants", json={"name": f"fall-{uuid.uuid4().hex[:6]}"}))
-        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference"]}))["secret"]
-        model = ok(api.post("/models", json={"name": "fall-llama", "variants": [
-            {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
-             "context_length": 8192, "engine_args": {"max_running_requests": 2}}]}))
-        pool = ok(api.post("/pools", json={
-            "name": "fall-llama", "variant_id": model["variants"][0]["id"], "kind": "warm",
-            "min_replicas": 1, "max_replicas": 2, "placement": [{"cloud": "local", "region": "local"}]}))
-        wait(lambda: pool_view(platform, pool["id"])["replicas_by_state"].get("ready", 0) == 1, 60, "one ready replica")
-        (first,) = ok(api.get("/replicas", params={"pool_id": pool["id"], "state": "ready"}))["items"]
+    key, pool, first = two_slot_warm_pool(platform, "fall-llama")
 
     def decisions() -> list[dict]:
         with platform.admin as api:
