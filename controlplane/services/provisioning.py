@@ -208,10 +208,9 @@ def _drained() -> ColumnElement[bool]:
     deadline passed), then reports them ``stopped`` and exits: from then on the VM serves
     nothing. A node with no replica on record has reported nothing, so it waits for its deadline.
     """
-    # pool_id too: replicas.node_id has no index, (pool_id, state) has one.
-    of_node = (Replica.pool_id == Node.pool_id, Replica.node_id == Node.id)
-    any_replica = exists().where(*of_node).correlate(Node)
-    running = exists().where(*of_node, Replica.state.not_in(ENDED_REPLICA_STATES)).correlate(Node)
+    of_node = Replica.node_id == Node.id  # indexed (ix_replicas_node_id)
+    any_replica = exists().where(of_node).correlate(Node)
+    running = exists().where(of_node, Replica.state.not_in(ENDED_REPLICA_STATES)).correlate(Node)
     # CASE, so that the subqueries run for the few draining nodes only, not for every node.
     # (Plain EXISTS rather than bool_and: the embedded platform runs on SQLite.)
     return case((Node.state == S.draining, and_(any_replica, ~running)), else_=False)

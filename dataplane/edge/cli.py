@@ -86,5 +86,6 @@ def main(argv: list[str] | None = None) -> None:
     app = EdgeApp(EdgeService(settings, factory))
     uvloop.run(app.serve_forever(settings.host, settings.port))
 
+
 if __name__ == "__main__":
     main()
