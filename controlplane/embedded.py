@@ -3,9 +3,11 @@
 Started here, each as its own process with its log under ``<state dir>/logs/``:
 
 - the control plane API and console (uvicorn), on SQLite under the state dir (migrated here);
-- a Celery worker and beat on kombu's filesystem transport (``controlplane.tasks.app``);
-- a private ``redis-server`` on a free port when the binary exists, for the edge's limits and
-  its usage stream. Without it the edge enforces limits locally and spools usage to
+- a Celery worker and beat (``controlplane.tasks.app``), brokered by the private Redis below
+  when there is one, else by kombu's filesystem transport (whose reader can catch a message
+  file half written, which kills the worker: seen once in a few hundred runs);
+- a private ``redis-server`` on a free port when the binary exists, for the Celery broker, the
+  edge's limits and its usage stream. Without it the edge enforces limits locally and spools usage to
   ``<state dir>/edge/usage-spool.jsonl``: requests still work, but the usage pages stay empty
   until a Redis is reachable (the spool is replayed then);
 - an edge proxy pulling snapshots from the API;
@@ -188,12 +190,17 @@ class Platform:
             env["NIMBUS_DATABASE_URL"] = self.database_url
         if self.redis_url:
             env["NIMBUS_REDIS_URL"] = self.redis_url
+            env["NIMBUS_BROKER_URL"] = self.broker_url()
         return env
+
+    def broker_url(self) -> str | None:
+        """Celery's queues in their own database of the private Redis (usage and limits use 0)."""
+        return self.redis_url.rsplit("/", 1)[0] + "/1" if self.redis_url else None
 
     def settings(self):
         from controlplane.config import Settings
 
-        return Settings(state_dir=self.state_dir, database_url=self.database_url)
+        return Settings(state_dir=self.state_dir, database_url=self.database_url, broker_url=self.broker_url())
 
     def step(self, text: str) -> None:
         self.console.print(f"[green]✓[/green] {text} [dim]({time.monotonic() - self.t0:.1f} s)[/dim]")
