@@ -70,6 +70,7 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=0.5)
     ap.add_argument("--stream-interval", type=int, default=1, help="engine tokens per streamed chunk")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--only-edge", action="store_true", help="skip sglang-router (for tuning)")
     ap.add_argument("--edge-set", action="append", default=[], metavar="FIELD=VALUE",
                     help="edge setting override for experiments, e.g. fair_burst_slots=2")
     args = ap.parse_args()
@@ -91,6 +92,11 @@ def main() -> None:
             solo = run_async(phase(edge, tl, args, flood=False))
             flush_caches(urls)
             out["nimbus-edge"] = (solo, run_async(phase(edge, tl, args, flood=True)))
+        if args.only_edge:
+            solo, flood = out["nimbus-edge"]
+            print(f"edge: others' p99 solo {solo['p99']:.0f} ms, flood {flood['p99']:.0f} ms: "
+                  f"{flood['p99'] / solo['p99']:.2f}x")
+            return
         with sglang_router(urls, "cache_aware") as router:
             tl = tenants(n, args.prompt_words, args.seed, [None] * n)
             flush_caches(urls)

@@ -101,18 +101,50 @@ class FairQueue:
         self.counters[tenant_id] = self.counters.get(tenant_id, 0.0) + self.w_output * output_tokens / weight
 
 
+@dataclass(slots=True)
+class RollingPeak:
+    """The largest value observed over the last one to two windows (the window in progress and the
+    one before it), so a window boundary never forgets a peak that happened just before it."""
+
+    window_s: float
+    started: float
+    current: float = 0.0
+    previous: float | None = None  # None until one whole window has been observed
+
+    def observe(self, value: float, now: float) -> None:
+        if now - self.started >= self.window_s:
+            # A gap of more than a window without events: the old peak is older than two windows.
+            self.previous = self.current if now - self.started < 2 * self.window_s else value
+            self.current, self.started = value, now
+        else:
+            self.current = max(self.current, value)
+
+    def peak(self) -> float:
+        return self.current if self.previous is None else max(self.current, self.previous)
+
+    def observed_for(self, now: float) -> float:
+        return float("inf") if self.previous is not None else now - self.started
+
+
 class ShareGuard:
     """Keeps free slots for tenants under their fair share, so a flood cannot fill every slot.
 
     VTC decides who goes next from the queue, but it cannot preempt: once a flooding tenant holds
-    every slot, a quiet tenant still waits for one to free up. So a tenant at or above its fair
-    share of a variant's slots (capacity / tenants active in the last ``active_window_s``) may only
-    take a slot while enough stay free for the others' likely demand: each active tenant's recent
-    peak concurrency plus ``burst_slots``, capped at the fair share, minus what it already holds.
-    Tenants under their fair share are never held back, and a lone tenant may use the whole fleet.
-    The guard only binds a *heavy* tenant: one whose recent request arrival rate exceeds
-    ``heavy_factor`` times the mean of the other active tenants, so evenly loaded tenants never
-    throttle each other.
+    every slot, a quiet tenant still waits for one to free up. So a *heavy* tenant at or above its
+    fair share of a variant's slots (capacity / tenants active in the last ``active_window_s``) may
+    only take a slot while enough stay free for the others' likely demand. Tenants under their fair
+    share are never held back, and a lone tenant may use the whole fleet. Heavy means arriving faster
+    than ``heavy_factor`` times the mean of the other active tenants, or holding that many fair
+    shares, so evenly loaded tenants never throttle each other.
+
+    The others' likely demand is the smaller of two estimates, less what they already hold:
+    * each other tenant's recent peak concurrency plus ``burst_slots``, capped at the fair share;
+    * the recent peak of the others' *combined* concurrency plus ``burst_slots`` times its square
+      root (until the heavy tenant has been watched for ``rate_window_s``, the recent peak of
+      everyone's combined concurrency stands in for it: it bounds it from above).
+    Many light tenants do not peak together: with dozens of them the sum of their individual peaks
+    reserves several times what they ever use at once, and the heavy tenant (say the head of a Zipf
+    mix, a quarter of the traffic) queues at the edge for slots that then stand idle.
     """
 
     def __init__(self, burst_slots: float = 2.0, active_window_s: float = 10.0, heavy_factor: float = 2.0,
@@ -122,8 +154,11 @@ class ShareGuard:
         self.heavy_factor = heavy_factor
         self.rate_window_s = rate_window_s  # short, so a flood is recognised within a fraction of a second
         self.inflight: dict[str, int] = {}
+        self.total_inflight = 0
+        self._total_peak: RollingPeak | None = None  # everyone's combined concurrency
         self.last_seen: dict[str, float] = {}
-        self._peak: dict[str, tuple[int, float]] = {}  # tenant -> (peak concurrency, window start)
+        self._peak: dict[str, RollingPeak] = {}  # tenant -> its own concurrency
+        self._others_peak: dict[str, RollingPeak] = {}  # heavy tenant -> everyone else's combined concurrency
         self._rate: dict[str, tuple[float, float]] = {}  # tenant -> (EWMA arrivals/s, as of)
 
     def rate(self, tenant_id: str, now: float) -> float:
@@ -149,15 +184,31 @@ class ShareGuard:
         for t in [t for t, at in self.last_seen.items() if at < horizon and not self.inflight.get(t)]:
             del self.last_seen[t]
             self._peak.pop(t, None)
+            self._others_peak.pop(t, None)
             self._rate.pop(t, None)
         return list(self.last_seen)
 
     def demand(self, tenant_id: str, now: float) -> float:
-        peak, since = self._peak.get(tenant_id, (0, now))
-        if now - since > self.active_window_s:
-            peak = self.inflight.get(tenant_id, 0)
-            self._peak[tenant_id] = (peak, now)
-        return peak + self.burst_slots
+        peak = self._peak.get(tenant_id)
+        if peak is None:
+            return self.burst_slots
+        peak.observe(self.inflight.get(tenant_id, 0), now)
+        return peak.peak() + self.burst_slots
+
+    def others_demand(self, tenant_id: str, now: float) -> float:
+        """Combined recent peak of everyone but this (heavy) tenant, plus the burst allowance."""
+        others_now = self.total_inflight - self.inflight.get(tenant_id, 0)
+        watch = self._others_peak.get(tenant_id)
+        if watch is None:
+            watch = self._others_peak[tenant_id] = RollingPeak(self.active_window_s, now)
+        watch.observe(others_now, now)
+        if watch.observed_for(now) >= self.rate_window_s:
+            peak = watch.peak()
+        else:
+            peak = max(self._total_peak.peak() if self._total_peak is not None else 0, others_now)
+        # Many independent light tenants' combined concurrency swings around its mean by about the
+        # square root of it (Poisson), so the margin over the recent peak grows like that too.
+        return peak + self.burst_slots * math.sqrt(max(1.0, peak))
 
     def allows(self, tenant_id: str, free_slots: int, total_slots: int, now: float) -> bool:
         if self.burst_slots < 0 or total_slots <= 0:
@@ -170,15 +221,28 @@ class ShareGuard:
         if not self.heavy(tenant_id, others, fair, now):
             return True
         reserve = sum(max(0.0, min(fair, self.demand(u, now)) - self.inflight.get(u, 0)) for u in others)
+        others_now = self.total_inflight - self.inflight.get(tenant_id, 0)
+        reserve = min(reserve, max(0.0, self.others_demand(tenant_id, now) - others_now))
         return free_slots > reserve
 
     def acquired(self, tenant_id: str, now: float) -> None:
         n = self.inflight[tenant_id] = self.inflight.get(tenant_id, 0) + 1
-        peak, since = self._peak.get(tenant_id, (0, now))
-        self._peak[tenant_id] = (n, now) if now - since > self.active_window_s else (max(peak, n), since)
+        self.total_inflight += 1
+        if self._total_peak is None:
+            self._total_peak = RollingPeak(self.active_window_s, now)
+        self._total_peak.observe(self.total_inflight, now)
+        peak = self._peak.get(tenant_id)
+        if peak is None:
+            peak = self._peak[tenant_id] = RollingPeak(self.active_window_s, now)
+        peak.observe(n, now)
+        for heavy, watch in self._others_peak.items():
+            if heavy != tenant_id:
+                watch.observe(self.total_inflight - self.inflight.get(heavy, 0), now)
 
     def released(self, tenant_id: str) -> None:
         left = self.inflight.get(tenant_id, 0) - 1
+        if left >= 0:
+            self.total_inflight -= 1
         if left > 0:
             self.inflight[tenant_id] = left
         else:

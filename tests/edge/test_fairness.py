@@ -1,11 +1,12 @@
-"""VTC fair queue: ordering, lifting, priorities, bounds, and the service-gap property."""
+"""VTC fair queue (ordering, lifting, priorities, bounds, the service-gap property) and the share
+guard that keeps slots free for tenants under their fair share."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.edge.fairness import FairQueue, Waiter
+from dataplane.edge.fairness import FairQueue, RollingPeak, ShareGuard, Waiter
 
 
 def w(tenant, priority="interactive", tokens=100, weight=1.0):
@@ -89,3 +90,91 @@ def test_service_gap_between_backlogged_tenants_is_bounded(arrivals):
         served[nxt.tenant_id] += nxt.prompt_tokens
         vals = [served[t] for t in tenants]
         assert max(vals) - min(vals) <= 2 * max_cost
+
+
+def test_share_guard_only_binds_a_heavy_tenant_over_its_share():
+    g = ShareGuard(burst_slots=1, active_window_s=10)
+    now = 0.0
+    for t in ("a", "b", "c", "d"):
+        g.seen(t, now)
+    # evenly loaded tenants never hold each other back, even over their share
+    for t in ("a", "b", "c"):
+        g.acquired(t, now)
+    for _ in range(3):
+        g.acquired("d", now)
+    assert g.allows("a", free_slots=1, total_slots=8, now=now)
+    # "flood" dispatches at many times the others' rate and holds its share: it must leave room
+    g.seen("flood", now)
+    for i in range(40):
+        now = i * 0.05
+        g.seen("flood", now)
+    for _ in range(3):
+        g.acquired("flood", now)
+    assert not g.allows("flood", free_slots=1, total_slots=8, now=now)
+    assert g.allows("a", free_slots=1, total_slots=8, now=now)  # the quiet ones still get in
+    assert g.allows("flood", free_slots=8, total_slots=16, now=now)  # plenty free: work-conserving
+
+
+def test_share_guard_lets_a_lone_tenant_use_everything():
+    g = ShareGuard()
+    g.seen("solo", 0)
+    for _ in range(7):
+        g.acquired("solo", 0)
+    assert g.allows("solo", free_slots=1, total_slots=8, now=0)
+
+
+def test_rolling_peak_remembers_the_window_before():
+    p = RollingPeak(window_s=10, started=0)
+    p.observe(7, 1)
+    p.observe(2, 9)
+    assert p.peak() == 7 and p.observed_for(9) == 9
+    p.observe(3, 10.5)  # a new window begins; the 7 from the last one still counts
+    assert p.peak() == 7 and p.observed_for(10.5) == float("inf")
+    p.observe(1, 21)  # and is gone one window later
+    assert p.peak() == 3
+    p.observe(4, 60)  # after a long silence nothing old survives
+    assert p.peak() == 4
+
+
+def flood_many_light_tenants(g, light=30):
+    """30 light tenants that each once held 2 slots, but never more than 6 between them; one tenant
+    arriving at many times their rate."""
+    now = 0.0
+    for i in range(light):
+        g.seen(f"light{i}", now)
+        g.acquired(f"light{i}", now)
+        g.acquired(f"light{i}", now)
+        g.released(f"light{i}")
+        g.released(f"light{i}")
+    for i in range(6):
+        g.acquired(f"light{i}", now)
+    for i in range(40):
+        g.seen("heavy", i * 0.05)
+    for _ in range(10):
+        g.acquired("heavy", 2.0)
+    return 2.0
+
+
+def test_share_guard_reserves_the_light_tenants_combined_peak_not_the_sum_of_theirs():
+    g = ShareGuard(burst_slots=2, active_window_s=10, rate_window_s=2)
+    now = flood_many_light_tenants(g)
+    total = 128
+    # The sum of the light tenants' own peaks (2 + burst each, capped at the fair share) would
+    # reserve ~100 slots. Just recognised as heavy, the reserve is bounded by everyone's combined
+    # peak instead: 16 held at most, + 2 x sqrt(16), - the 6 the light tenants hold now = 18.
+    assert not g.allows("heavy", 18, total, now)
+    assert g.allows("heavy", 19, total, now)
+    # Watched for a rate window: the light tenants never held more than 6 at once, so
+    # 6 + 2 x sqrt(6) - 6 ~ 4.9 slots stay reserved for them...
+    now += 2.5
+    assert not g.allows("heavy", 4, total, now)
+    assert g.allows("heavy", 5, total, now)
+    # ...and the reserve follows a new combined peak of the light tenants at once: once they have
+    # held 26 together, 26 + 2 x sqrt(26) stay reserved for them after they let go again.
+    for i in range(6, 26):
+        g.acquired(f"light{i}", now)
+    for i in range(6, 26):
+        g.released(f"light{i}")
+    assert g.total_inflight == 16
+    assert not g.allows("heavy", 30, total, now)
+    assert g.allows("heavy", 31, total, now)
