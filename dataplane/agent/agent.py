@@ -289,17 +289,36 @@ class NodeAgent:
         self._samples.pop(replica.id, None)  # counters restart with the engine
         await self._report_replicas()
 
-    async def _report_replicas(self) -> None:
-        """Tell the control plane about replica states now (best effort: the next heartbeat repeats it)."""
+    async def _report_replicas(self) -> bool:
+        """Tell the control plane about replica states now (best effort: the next heartbeat repeats it).
+        False when the report was lost to a transient failure and is worth repeating."""
         self.metrics.observe_replicas([r.state for r in self.replicas])
         async with self._report_lock:
             try:
                 await self.client.report_replicas([r.report() for r in self.replicas])
             except Unauthorized as exc:
                 log.error("credential refused while reporting replicas", extra={"error": str(exc)})
-                self._begin_drain(0.0, "credential refused")
+                self._begin_drain(0.0, "credential refused")  # no retry can fix that
             except httpx.HTTPError as exc:
                 log.warning("replica report failed; the next heartbeat repeats it", extra={"error": repr(exc)})
+                return False
+            return True
+
+    FINAL_REPORT_ATTEMPTS = 5
+
+    async def _report_final(self) -> None:
+        """The "every replica stopped" report lets the control plane terminate this node at once, and
+        no heartbeat follows it: a lost one would leave the node to its drain deadline or the stale
+        sweep (which records it as failed). So it is retried a few times, backing off."""
+        delay = 0.5
+        for attempt in range(1, self.FINAL_REPORT_ATTEMPTS + 1):
+            if await self._report_replicas():
+                return
+            if attempt < self.FINAL_REPORT_ATTEMPTS:
+                await asyncio.sleep(delay)
+                delay *= 2
+        log.error("final replica report lost; the control plane falls back to the drain deadline",
+                  extra={"attempts": self.FINAL_REPORT_ATTEMPTS})
 
     # -- 4. heartbeats ---------------------------------------------------------------------
     async def _scrape(self) -> None:
@@ -406,7 +425,7 @@ class NodeAgent:
         left = self.in_flight()
         log.info("drained" if left == 0 else "drain deadline passed", extra={"in_flight": left})
         await asyncio.gather(*(sup.stop() for sup in self.supervisors))
-        await self._report_replicas()
+        await self._report_final()
         self._done.set()
         self._wake.set()
 
