@@ -175,9 +175,11 @@ class Platform:
         return stored
 
     def env(self) -> dict[str, str]:
+        # A stray agent setting in the operator's shell (a config path, a node id) must not reach the
+        # local nodes; the demo's own tunables below are defaults the environment may override.
         env = {k: v for k, v in os.environ.items() if not k.startswith("NIMBUS_AGENT_")}
-        env.update(PLATFORM_ENV)
-        env.update(AGENT_ENV)
+        for name, default in {**PLATFORM_ENV, **AGENT_ENV}.items():
+            env[name] = os.environ.get(name, default)
         env.update({
             "NIMBUS_STATE_DIR": str(self.state_dir),
             "NIMBUS_ADMIN_TOKEN": self.secrets["admin_token"],
