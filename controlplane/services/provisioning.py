@@ -279,7 +279,10 @@ def reconcile_pools(
             if reason := drain_finished(v, now):
                 touched[v.id] = v
                 finishing[v.id] = reason
-        plan = plan_pool(pool.desired_replicas, pool.spot_policy, pool.spot_base_on_demand, pool_views)
+        # A paused pool is not resized (no launch, no removal), but a node it was already retiring
+        # still finishes its drain: left draining, it would hold its VM until someone resumed the pool.
+        plan = PoolPlan() if pool.paused else plan_pool(
+            pool.desired_replicas, pool.spot_policy, pool.spot_base_on_demand, pool_views)
         touched.update((v.id, v) for v in pool_views if v.id in plan.remove)
         plans.append((pool, plan))
     nodes = _lock_nodes(session, touched)
@@ -330,7 +333,7 @@ def reconcile_tick(session: Session, settings: Settings, now: dt.datetime) -> Ti
     loaded and locked, and all writes are flushed in batches. Commit is the caller's.
     """
     pools = session.scalars(
-        claimable(Pool, now, Pool.paused.is_(False))
+        claimable(Pool, now)  # paused pools too: their draining nodes must still finish
         .options(lazyload(Pool.variant))  # not needed here; a join would only slow the lock
         .order_by(Pool.last_reconciled_at.asc().nulls_first(), Pool.id)
         .limit(settings.reconcile_batch)

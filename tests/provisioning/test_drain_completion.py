@@ -121,3 +121,25 @@ async def test_node_with_work_in_flight_drains_until_its_deadline_then_is_termin
     [terminate] = operations(settings, pool["id"], OperationKind.terminate)
     assert (terminate.id, OperationKind.terminate) in result.operations
     assert termination_reasons(settings, node.id) == ["drain deadline passed"]
+
+
+async def test_paused_pool_is_not_resized_but_its_drained_node_still_goes(
+    client, admin, settings, aws, ec2: Any, aws_template
+):
+    settings = settings.model_copy(update={"drain_timeout_s": DRAIN_S})
+    pool, node, credential, rep = await draining_node(client, admin, settings, aws, aws_template)
+    with session_scope(settings) as s:
+        # Paused mid-drain, and asked for more nodes than it has: a paused pool must not act on that.
+        s.execute(update(Pool).where(Pool.id == uuid.UUID(pool["id"])).values(paused=True, desired_replicas=2))
+    r = await client.post("/internal/v1/agents/replicas", json={"replicas": [{**rep, "state": "stopped"}]},
+                          headers=bearer(credential))
+    assert r.status_code == 200
+
+    result = tick(settings)
+    assert result.launched == 0 and result.removed == 0
+    [terminating] = nodes(settings, pool["id"], NodeState.terminating)
+    assert terminating.id == node.id
+    assert termination_reasons(settings, node.id) == ["drained: the agent reported every replica stopped"]
+    converge(settings, Clouds(aws=aws))
+    assert [n.state for n in nodes(settings, pool["id"])].count(NodeState.ready) == 1  # still not resized
+    assert node.instance_id not in live(ec2, **{"nimbus-cluster": settings.cluster_name})
