@@ -113,7 +113,8 @@ class RollingPeak:
 
     def observe(self, value: float, now: float) -> None:
         if now - self.started >= self.window_s:
-            # A gap of more than a window without events: the old peak is older than two windows.
+            # The window in progress becomes the previous one, unless it ended more than a window
+            # ago (no events since): then everything it saw is older than two windows.
             self.previous = self.current if now - self.started < 2 * self.window_s else value
             self.current, self.started = value, now
         else:
@@ -155,7 +156,7 @@ class ShareGuard:
         self.rate_window_s = rate_window_s  # short, so a flood is recognised within a fraction of a second
         self.inflight: dict[str, int] = {}
         self.total_inflight = 0
-        self._total_peak: RollingPeak | None = None  # everyone's combined concurrency
+        self._total_peak = RollingPeak(active_window_s, 0.0)  # everyone's combined concurrency
         self.last_seen: dict[str, float] = {}
         self._peak: dict[str, RollingPeak] = {}  # tenant -> its own concurrency
         self._others_peak: dict[str, RollingPeak] = {}  # heavy tenant -> everyone else's combined concurrency
@@ -195,9 +196,9 @@ class ShareGuard:
         peak.observe(self.inflight.get(tenant_id, 0), now)
         return peak.peak() + self.burst_slots
 
-    def others_demand(self, tenant_id: str, now: float) -> float:
-        """Combined recent peak of everyone but this (heavy) tenant, plus the burst allowance."""
-        others_now = self.total_inflight - self.inflight.get(tenant_id, 0)
+    def others_demand(self, tenant_id: str, others_now: int, now: float) -> float:
+        """Combined recent peak of everyone but this (heavy) tenant, who hold ``others_now`` slots
+        now, plus the burst allowance."""
         watch = self._others_peak.get(tenant_id)
         if watch is None:
             watch = self._others_peak[tenant_id] = RollingPeak(self.active_window_s, now)
@@ -205,7 +206,7 @@ class ShareGuard:
         if watch.observed_for(now) >= self.rate_window_s:
             peak = watch.peak()
         else:
-            peak = max(self._total_peak.peak() if self._total_peak is not None else 0, others_now)
+            peak = max(self._total_peak.peak(), others_now)
         # Many independent light tenants' combined concurrency swings around its mean by about the
         # square root of it (Poisson), so the margin over the recent peak grows like that too.
         return peak + self.burst_slots * math.sqrt(max(1.0, peak))
@@ -222,14 +223,12 @@ class ShareGuard:
             return True
         reserve = sum(max(0.0, min(fair, self.demand(u, now)) - self.inflight.get(u, 0)) for u in others)
         others_now = self.total_inflight - self.inflight.get(tenant_id, 0)
-        reserve = min(reserve, max(0.0, self.others_demand(tenant_id, now) - others_now))
+        reserve = min(reserve, max(0.0, self.others_demand(tenant_id, others_now, now) - others_now))
         return free_slots > reserve
 
     def acquired(self, tenant_id: str, now: float) -> None:
         n = self.inflight[tenant_id] = self.inflight.get(tenant_id, 0) + 1
         self.total_inflight += 1
-        if self._total_peak is None:
-            self._total_peak = RollingPeak(self.active_window_s, now)
         self._total_peak.observe(self.total_inflight, now)
         peak = self._peak.get(tenant_id)
         if peak is None:
