@@ -167,6 +167,11 @@ class Connection(asyncio.Protocol):
                 self._drained = asyncio.get_running_loop().create_future()
             await self._drained
 
+    @property
+    def writable(self) -> bool:
+        """The client is there and keeping up: a write now will not grow our buffer past its mark."""
+        return not self._paused and not self.closed
+
     def on_close(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` if the client goes away before the response is complete."""
         self._close_callbacks.append(callback)

@@ -28,6 +28,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH_KEY_PREFIX = "nmb_bench"
 
 
+class ProcessUrl(str):
+    """A front door's base URL that also names the process serving it (for CPU accounting)."""
+
+    pid: int
+
+    def __new__(cls, url: str, pid: int) -> ProcessUrl:
+        self = super().__new__(cls, url)
+        self.pid = pid
+        return self
+
+
 def bench_key(i: int | str) -> str:
     return f"nmb_bench{str(i)[:3]:0>3}_{uuid.uuid5(uuid.NAMESPACE_OID, str(i)).hex}"
 
@@ -55,7 +66,7 @@ def wait_http(url: str, timeout: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def sglang_router(worker_urls: list[str], policy: str, extra: list[str] | None = None) -> Iterator[str]:
+def sglang_router(worker_urls: list[str], policy: str, extra: list[str] | None = None) -> Iterator[ProcessUrl]:
     port = free_port()
     args = [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
             "--worker-urls", *worker_urls, "--policy", policy, "--log-level", "error", *(extra or [])]
@@ -63,7 +74,7 @@ def sglang_router(worker_urls: list[str], policy: str, extra: list[str] | None =
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_http(f"http://127.0.0.1:{port}/health", 60)
-        yield f"http://127.0.0.1:{port}"
+        yield ProcessUrl(f"http://127.0.0.1:{port}", proc.pid)
     finally:
         proc.terminate()
         try:
@@ -77,14 +88,15 @@ def sglang_router(worker_urls: list[str], policy: str, extra: list[str] | None =
 
 @contextlib.contextmanager
 def nimbus_edge(replicas: list[dict[str, Any]], tenants: list[dict[str, Any]], settings: dict[str, Any],
-                redis_url: str = "none") -> Iterator[str]:
+                redis_url: str = "none") -> Iterator[ProcessUrl]:
     cfg = {"settings": settings, "models": [{"name": "demo", "tiers": [
         {"tier": "bf16", "served_model_name": "demo", "context_length": 131072, "replicas": replicas}]}],
         "tenants": tenants}
     edge = EdgeProcess(cfg, redis_url=redis_url, log_path=os.environ.get("NIMBUS_BENCH_EDGE_LOG"))
     edge.start(timeout=30)
     try:
-        yield edge.url
+        assert edge.proc is not None
+        yield ProcessUrl(edge.url, edge.proc.pid)
     finally:
         edge.close()
 

@@ -54,6 +54,15 @@ class ConnectionSend:
         else:
             conn.end_chunked(body)
 
+    def write_now(self, body: bytes) -> bool:
+        """Write one chunk of a started stream synchronously (no coroutine: the streamed-token hot
+        path). False when the stream has not started or the client is gone or backed up; the caller
+        then sends through ``__call__``, which waits for the drain."""
+        if not self.streaming or not self.conn.writable:
+            return False
+        self.conn.write_chunk(body)
+        return True
+
 
 class EdgeApp:
     def __init__(self, service: EdgeService) -> None:

@@ -452,6 +452,21 @@ class EdgeService:
         failure: BaseException | None = None
         held: list[bytes] = []  # the role-only opening chunk, held until the first token exists
         last = 0.0
+        write_now = getattr(send, "write_now", None)
+
+        def forward_now(chunk: bytes) -> bool:
+            """The upstream parser's sink once the response has started: whole plain token events
+            go straight to the client's socket, without waking this task. Everything else ([DONE],
+            usage, errors, partial events, a backed-up client) is refused and read below."""
+            nonlocal last
+            if not _plain_events(chunk, splitter) or b"data: [DONE]" in chunk or not write_now(chunk):
+                return False
+            st.chunks += chunk.count(b"\n\n")
+            now = time.monotonic()
+            itl_hist.observe(now - last)
+            last = now
+            return True
+
         try:
             async for chunk in resp.iter_chunks(self.settings.stream_idle_timeout_s):
                 if st.response_started and _plain_events(chunk, splitter):
@@ -496,6 +511,8 @@ class EdgeService:
                     headers = SSE_HEADERS + _headers({**st.rate_headers, "x-request-id": st.request_id})
                     await send({"type": "http.response.start", "status": 200, "headers": headers})
                     st.response_started = True
+                    if write_now is not None:
+                        resp.set_sink(forward_now)
                 else:
                     itl_hist.observe(now - last)
                 last = now

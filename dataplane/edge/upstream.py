@@ -10,14 +10,18 @@ does only what that call needs:
 * a request on a *reused* connection that dies before any response byte is retried once on a
   fresh connection (the engine may have closed an idle connection), so that never reaches the
   breaker as a replica failure;
-* timeouts: connect, first response byte, and idle time between body chunks.
+* timeouts: connect, first response byte, and idle time between body chunks;
+* an optional *sink*: a synchronous callable that takes body bytes straight from the parser while
+  the reader is parked waiting. A streamed token then costs no future, no timer and no task
+  wake-up; only what the sink refuses (the first and last events, usage, errors, anything while
+  the client's socket is backed up) goes through ``iter_chunks``, in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import httptools
@@ -28,7 +32,8 @@ class UpstreamError(ConnectionError):
 
 
 class UpstreamResponse:
-    __slots__ = ("_chunks", "_conn", "_error", "_headers", "_loop", "_waiter", "complete", "keep_alive", "status")
+    __slots__ = ("_chunks", "_conn", "_error", "_headers", "_last_rx", "_loop", "_sink", "_waiter", "_watchdog",
+                 "_idle_timeout", "complete", "keep_alive", "status")
 
     def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop) -> None:
         self._conn = conn
@@ -36,6 +41,10 @@ class UpstreamResponse:
         self._headers: asyncio.Future = loop.create_future()
         self._chunks: deque[bytes] = deque()
         self._waiter: asyncio.Future | None = None
+        self._sink: Callable[[bytes], bool] | None = None
+        self._last_rx = 0.0
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._idle_timeout = 0.0
         self._error: BaseException | None = None
         self.status = 0
         self.complete = False
@@ -54,6 +63,19 @@ class UpstreamResponse:
             self._headers.set_result(None)
 
     def _on_body(self, data: bytes) -> None:
+        self._last_rx = self._loop.time()
+        w = self._waiter
+        # The sink may take the bytes only while the reader is parked with nothing in hand or
+        # queued; otherwise they would overtake bytes the reader has yet to forward.
+        if self._sink is not None and w is not None and not w.done() and not self._chunks:
+            try:
+                if self._sink(data):
+                    return
+            except Exception as exc:  # a broken sink must surface in the reader, not in the parser
+                self._sink = None
+                self._chunks.append(data)
+                self._fail(exc)
+                return
         self._chunks.append(data)
         self._wake()
 
@@ -88,8 +110,17 @@ class UpstreamResponse:
             self._error = TimeoutError("no response from upstream")
             self._headers.set_exception(TimeoutError("no response from upstream"))
 
+    def set_sink(self, sink: Callable[[bytes], bool] | None) -> None:
+        """Hand body bytes to ``sink`` while the reader waits; it returns False to refuse them, and
+        refused bytes come out of ``iter_chunks`` as usual."""
+        self._sink = sink
+
     async def iter_chunks(self, idle_timeout: float) -> AsyncIterator[bytes]:
-        """Body bytes as they arrive (already de-chunked); raises on a broken or stalled stream."""
+        """Body bytes as they arrive (already de-chunked) and not taken by the sink; raises on a
+        broken stream, or when no byte arrived for ``idle_timeout`` while the reader waited."""
+        if idle_timeout != self._idle_timeout:
+            self._cancel_watchdog()
+            self._idle_timeout = idle_timeout
         while True:
             if self._chunks:
                 chunks = self._chunks
@@ -100,16 +131,31 @@ class UpstreamResponse:
             if self._error is not None:
                 raise UpstreamError(f"upstream broke the response: {self._error!r}")
             self._waiter = self._loop.create_future()
-            handle = self._loop.call_later(idle_timeout, self._idle_timeout, self._waiter)
+            self._last_rx = self._loop.time()
+            if self._watchdog is None:
+                # One lazily re-armed timer per stream, not one per chunk: bytes the sink takes
+                # never wake the reader, so the timer looks at when bytes last arrived instead.
+                self._watchdog = self._loop.call_later(idle_timeout, self._check_idle)
             try:
                 await self._waiter
             finally:
-                handle.cancel()
                 self._waiter = None
 
-    def _idle_timeout(self, waiter: asyncio.Future) -> None:
-        if not waiter.done():
+    def _check_idle(self) -> None:
+        self._watchdog = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # the reader is busy (e.g. with a slow client), not waiting on us: its next wait re-arms
+        idle = self._loop.time() - self._last_rx
+        if idle >= self._idle_timeout:
             waiter.set_exception(TimeoutError("upstream stalled"))
+        else:
+            self._watchdog = self._loop.call_later(self._idle_timeout - idle, self._check_idle)
+
+    def _cancel_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     async def read(self, idle_timeout: float) -> bytes:
         parts = [chunk async for chunk in self.iter_chunks(idle_timeout)]
@@ -117,6 +163,8 @@ class UpstreamResponse:
 
     def close(self) -> None:
         """Give the connection back if the response is complete, else abort it."""
+        self._cancel_watchdog()
+        self._sink = None
         conn = self._conn
         if conn is None:
             return

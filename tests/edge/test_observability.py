@@ -27,3 +27,29 @@ def test_dashboard_is_valid_and_uses_real_edge_metrics():
     titles = " ".join(p["title"].lower() for p in dash["panels"])
     for word in ("first token", "inter-token", "queue time", "errors", "retries", "routing", "prefix"):
         assert word in titles
+
+
+def test_loop_histogram_renders_exactly_as_a_prometheus_histogram():
+    """The lock-free inter-token histogram must be indistinguishable, on /metrics, from
+    prometheus_client's own (same buckets, le labels, counts and sum)."""
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    from dataplane.edge.metrics import ITL_BUCKETS
+
+    gaps = [0.0004, 0.001, 0.0011, 0.004, 0.02, 0.3, 0.3, 2.0, 7.5]  # on, between and past the bounds
+    metrics = EdgeMetrics()
+    for gap in gaps:
+        metrics.child(metrics.itl, "demo", "r1", "interactive").observe(gap)
+    metrics.child(metrics.itl, "demo", "r2", "batch").observe(0.05)
+    ours = {line for line in metrics.render().decode().splitlines()
+            if line.startswith("nimbus_edge_inter_token_seconds")}
+
+    reference = CollectorRegistry()
+    hist = Histogram("nimbus_edge_inter_token_seconds", "Gap between streamed chunks",
+                     ["model", "replica", "priority"], buckets=ITL_BUCKETS, registry=reference)
+    for gap in gaps:
+        hist.labels("demo", "r1", "interactive").observe(gap)
+    hist.labels("demo", "r2", "batch").observe(0.05)
+    theirs = {line for line in generate_latest(reference).decode().splitlines()
+              if line.startswith("nimbus_edge_inter_token_seconds") and "_created" not in line}
+    assert ours == theirs and len(ours) == 2 * (len(ITL_BUCKETS) + 3)
