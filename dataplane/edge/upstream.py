@@ -32,8 +32,8 @@ class UpstreamError(ConnectionError):
 
 
 class UpstreamResponse:
-    __slots__ = ("_chunks", "_conn", "_error", "_headers", "_last_rx", "_loop", "_sink", "_waiter", "_watchdog",
-                 "_idle_timeout", "complete", "keep_alive", "status")
+    __slots__ = ("_chunks", "_conn", "_error", "_headers", "_idle_timeout", "_last_rx", "_loop", "_sink", "_waiter",
+                 "_watchdog", "complete", "keep_alive", "status")
 
     def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop) -> None:
         self._conn = conn
