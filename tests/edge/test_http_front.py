@@ -4,9 +4,12 @@ error shape, keep-alive, graceful shutdown with a stream in flight, and write fl
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import socket
 import time
 
+import httptools
 import httpx
 import openai
 import pytest
@@ -144,3 +147,59 @@ def test_pipelined_requests_are_answered_in_order():
     assert data.count(b"HTTP/1.1 200") == 2
 
 
+
+
+def _sse_content(body: bytes) -> tuple[str, int]:
+    """(concatenated delta content, number of [DONE] events) of a de-chunked SSE body."""
+    text, done = [], 0
+    for event in body.split(b"\n\n"):
+        if event == b"data: [DONE]":
+            done += 1
+        elif event.startswith(b"data: "):
+            for choice in json.loads(event[6:]).get("choices") or ():
+                text.append((choice.get("delta") or {}).get("content") or "")
+    return "".join(text), done
+
+
+@pytest.fixture
+def fast_sim():
+    """A replica that streams tokens far faster than real time, so a long answer outruns the
+    socket buffers between the edge and a client that does not read."""
+    with SimProcess(served_model_name="demo", extra_args=["--time-scale", "2000"], ready_delay=0.0) as sim:
+        yield sim
+
+
+def test_a_reader_that_falls_behind_gets_every_token_once_and_in_order(edge_factory, fast_sim):
+    """Tokens go from the engine to the client's socket without waking the request's task until the
+    client backs up; then they queue and drain in order. A client with a tiny receive buffer that
+    reads nothing for a while must still get exactly the engine's text."""
+    key = make_key("slow")
+    edge = edge_factory(standalone_config([fast_sim.url], [{"name": "slow", "keys": [{"dev_key": key}]}],
+                                          context_length=32768))
+    body = {"model": "demo", "messages": [{"role": "user", "content": "tell me everything"}], "max_tokens": 16000,
+            "ignore_eos": True, "seed": 7, "stream": True}
+    with httpx.stream("POST", fast_sim.url + "/v1/chat/completions", json=body, timeout=30) as resp:
+        expected, _ = _sse_content(resp.read())
+    assert len(expected.split()) >= 15000
+
+    raw = json.dumps(body).encode()
+    got: list[bytes] = []
+    parser = httptools.HttpResponseParser(type("Sink", (), {"on_body": lambda self, b: got.append(b)})())
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window stays small
+    sock.connect(("127.0.0.1", edge.port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: edge\r\nAuthorization: Bearer %s\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (key.encode(), len(raw), raw))
+    time.sleep(1.0)  # read nothing: the edge's socket buffer fills and its writes pause mid-stream
+    sock.settimeout(30)
+    while True:
+        data = sock.recv(1024)
+        if not data:
+            break
+        parser.feed_data(data)
+        if b"".join(got[-2:]).endswith(b"data: [DONE]\n\n"):
+            break
+    sock.close()
+    content, done = _sse_content(b"".join(got))
+    assert done == 1
+    assert content == expected
