@@ -522,6 +522,7 @@ class EdgeService:
                     break
         except (UpstreamError, TimeoutError, OSError) as exc:
             failure = exc
+        resp.set_sink(None)  # whatever the engine still sends must not reach a finished response
         if not st.response_started:
             self.metrics.child(self.metrics.errors, req.model, ticket.replica.id, "before_first_byte").inc()
             self._release(st, ticket, False)
