@@ -105,6 +105,11 @@ def _plain_events(chunk: bytes, splitter: SseSplitter) -> bool:
             and b'"usage": {' not in chunk and b'"error"' not in chunk)
 
 
+def _ends_stream(chunk: bytes) -> bool:
+    """A chunk of whole events that carries ``[DONE]`` (always the last event of a stream)."""
+    return chunk.startswith(b"data: [DONE]") or chunk.endswith(b"data: [DONE]\n\n")
+
+
 def _reported(usage: dict[str, Any] | None) -> tuple[int, int] | None:
     """(prompt, cached) tokens as the engine counted them, for the prefix index's self-correction."""
     if not usage:
@@ -454,29 +459,30 @@ class EdgeService:
         last = 0.0
         write_now = getattr(send, "write_now", None)
 
-        def forward_now(chunk: bytes) -> bool:
-            """The upstream parser's sink once the response has started: whole plain token events
-            go straight to the client's socket, without waking this task. Everything else ([DONE],
-            usage, errors, partial events, a backed-up client) is refused and read below."""
+        def count_tokens(chunk: bytes) -> None:
+            """Bookkeeping for a chunk of whole token events forwarded as is."""
             nonlocal last
-            if not _plain_events(chunk, splitter) or b"data: [DONE]" in chunk or not write_now(chunk):
-                return False
             st.chunks += chunk.count(b"\n\n")
             now = time.monotonic()
             itl_hist.observe(now - last)
             last = now
+
+        def forward_now(chunk: bytes) -> bool:
+            """The upstream parser's sink once the response has started: whole plain token events
+            go straight to the client's socket, without waking this task. Everything else ([DONE],
+            usage, errors, partial events, a backed-up client) is refused and read below."""
+            if not _plain_events(chunk, splitter) or _ends_stream(chunk) or not write_now(chunk):
+                return False
+            count_tokens(chunk)
             return True
 
         try:
             async for chunk in resp.iter_chunks(self.settings.stream_idle_timeout_s):
                 if st.response_started and _plain_events(chunk, splitter):
-                    # Fast path, nearly every chunk: whole events, no usage, no error. Forward as is.
-                    st.chunks += chunk.count(b"\n\n")
-                    now = time.monotonic()
-                    itl_hist.observe(now - last)
-                    last = now
-                    if chunk.startswith(b"data: [DONE]") or chunk.endswith(b"data: [DONE]\n\n"):
-                        saw_done = True
+                    # Whole events, no usage, no error: forward as is. With the sink installed only
+                    # a backed-up client or the stream's end brings such a chunk here.
+                    count_tokens(chunk)
+                    saw_done = _ends_stream(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     if saw_done:
                         break
