@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from dataplane.edge.process import EdgeProcess
-from dataplane.sim.process import free_port
+from dataplane.sim.process import SimProcess, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH_KEY_PREFIX = "nmb_bench"
@@ -99,6 +99,19 @@ def nimbus_edge(replicas: list[dict[str, Any]], tenants: list[dict[str, Any]], s
         yield ProcessUrl(edge.url, edge.proc.pid)
     finally:
         edge.close()
+
+
+@contextlib.contextmanager
+def one_replica_front_doors(key: str, sim_args: list[str]) -> Iterator[dict[str, tuple[ProcessUrl | str, str | None]]]:
+    """One simulator replica reached three ways, for the overhead-style benches: ``{"direct": (url,
+    None), "nimbus-edge": (url, key), "sglang-router": (url, None)}``. The edge and sglang-router
+    URLs carry their process id; the replica's slots are never what limits them."""
+    with SimProcess(served_model_name="demo", extra_args=["--jitter", "0", "--max-running-requests", "4096",
+                                                          *sim_args], ready_delay=0.0) as sim, \
+            nimbus_edge([{"url": sim.url, "max_running_requests": 4096}], [{"name": "bench", "keys": [{"dev_key": key}]}],
+                        {"health_interval_s": 30}, redis_url="redis://127.0.0.1:6379/0") as edge, \
+            sglang_router([sim.url], "cache_aware") as router:
+        yield {"direct": (sim.url, None), "nimbus-edge": (edge, key), "sglang-router": (router, None)}
 
 
 def flush_caches(urls: list[str]) -> None:

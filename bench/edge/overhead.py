@@ -17,13 +17,11 @@ from bench.edge.common import (
     Client,
     bench_key,
     new_session,
-    nimbus_edge,
+    one_replica_front_doors,
     pct,
     run_async,
-    sglang_router,
     table,
 )
-from dataplane.sim.process import SimProcess
 
 KEY = bench_key("overhead")
 BODY = {"model": "demo", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
@@ -64,13 +62,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    with SimProcess(served_model_name="demo", extra_args=["--time-scale", "10000", "--jitter", "0"],
-                    ready_delay=0.0) as sim, \
-            nimbus_edge([{"url": sim.url, "max_running_requests": 4096}],
-                        [{"name": "bench", "keys": [{"dev_key": KEY}]}],
-                        {"health_interval_s": 30}, redis_url="redis://127.0.0.1:6379/0") as edge, \
-            sglang_router([sim.url], "cache_aware") as router:
-        targets = {"direct": (sim.url, None), "nimbus-edge": (edge, KEY), "sglang-router": (router, None)}
+    with one_replica_front_doors(KEY, ["--time-scale", "10000"]) as targets:
         lat: dict[str, list[float]] = {k: [] for k in targets}
         thr: dict[str, list[float]] = {k: [] for k in targets}
         for _ in range(args.rounds):  # interleaved rounds, so drift on a shared machine hits all alike

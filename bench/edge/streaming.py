@@ -16,10 +16,10 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import time
 
-from bench.edge.common import bench_key, new_session, nimbus_edge, run_async, sglang_router, table
-from dataplane.sim.process import SimProcess
+from bench.edge.common import bench_key, new_session, one_replica_front_doors, run_async, table
 
 KEY = bench_key("streaming")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -79,29 +79,21 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=1.0,
                     help="simulator speed-up; at 1 each decode step is one small write per stream, as in serving")
     args = ap.parse_args()
-    with SimProcess(served_model_name="demo", extra_args=["--time-scale", str(args.time_scale), "--jitter", "0",
-                                                          "--max-running-requests", "4096"],
-                    ready_delay=0.0) as sim, \
-            nimbus_edge([{"url": sim.url, "max_running_requests": 4096}],
-                        [{"name": "bench", "keys": [{"dev_key": KEY}]}],
-                        {"health_interval_s": 30}, redis_url="redis://127.0.0.1:6379/0") as edge, \
-            sglang_router([sim.url], "cache_aware") as router:
-        targets = {"direct": (sim.url, None, None), "nimbus-edge": (edge, edge.pid, KEY),
-                   "sglang-router": (router, router.pid, None)}
+    with one_replica_front_doors(KEY, ["--time-scale", str(args.time_scale)]) as targets:
         rate: dict[str, list[float]] = {k: [] for k in targets}
         cost: dict[str, list[float]] = {k: [] for k in targets}
         for _ in range(args.rounds):  # interleaved, so drift on a shared machine hits all alike
-            for name, (url, pid, key) in targets.items():
-                r, c = measure(url, pid, key, args)
+            for name, (url, key) in targets.items():
+                r, c = measure(url, getattr(url, "pid", None), key, args)
                 rate[name].append(r)
                 cost[name].append(c)
     rows = [["target", "events/s (best)", "proxy CPU us/event (median)", "per round"]]
     for name in targets:
         per = " ".join(f"{c:.1f}" for c in cost[name]) if name != "direct" else "-"
-        med = sorted(cost[name])[len(cost[name]) // 2]
+        med = statistics.median(cost[name])
         rows.append([name, f"{max(rate[name]):.0f}", f"{med:.1f}" if name != "direct" else "-", per])
     print(table(rows))
-    e, s = (sorted(cost[n])[len(cost[n]) // 2] for n in ("nimbus-edge", "sglang-router"))
+    e, s = (statistics.median(cost[n]) for n in ("nimbus-edge", "sglang-router"))
     print(f"\nedge/sglang-router CPU per streamed event: {e / s:.2f}x")
     print(f"edge/sglang-router streamed events/s: {max(rate['nimbus-edge']) / max(rate['sglang-router']):.2f}x")
 
