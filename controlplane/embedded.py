@@ -455,8 +455,8 @@ def retire_fleet(settings, local_cloud_dir: Path) -> int:
     from sqlalchemy import or_, select
 
     from controlplane.db.engine import session_scope
+    from controlplane.fleet.nodes import transition
     from controlplane.models import Node, NodeState, Operation, OperationState, Replica, ReplicaState
-    from controlplane.services.nodes import transition
     from infra.local import LocalProvider
 
     if local_cloud_dir.exists():

@@ -36,8 +36,8 @@ from sqlalchemy import event, insert, update
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope, sync_sessionmaker
 from controlplane.db.types import utcnow
+from controlplane.fleet.provisioning import reconcile_tick
 from controlplane.models import Model, ModelVariant, Node, NodeState, Pool
-from controlplane.services.provisioning import reconcile_tick
 
 PG_ADMIN_DSN = os.environ.get("NIMBUS_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 

@@ -21,9 +21,9 @@ from litestar.datastructures import Cookie
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from controlplane.console.models import ConsoleSession
 from controlplane.db.types import utcnow
 from controlplane.models import ApiKey, TenantStatus
+from controlplane.models.console import ConsoleSession
 from controlplane.schemas.tenancy import KeyCreate
 from controlplane.services import keys, tenants
 from controlplane.services.errors import NotFound

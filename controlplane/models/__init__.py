@@ -3,6 +3,7 @@
 from controlplane.db.base import Base
 from controlplane.models.audit import AuditEvent
 from controlplane.models.catalog import Cloud, InstanceType, Model, ModelVariant, Region, Zone
+from controlplane.models.console import ConsoleSession
 from controlplane.models.enums import (
     BlockScope,
     NodeState,
@@ -18,10 +19,6 @@ from controlplane.models.fleet import Node, Pool, Replica
 from controlplane.models.operations import AutoscalerDecision, CapacityBlock, Operation
 from controlplane.models.tenancy import ApiKey, Quota, Tenant
 from controlplane.models.usage import UsageEventSeen, UsageMinute
-
-# isort: split
-# The console owns its session table; imported last so the core models are registered first.
-from controlplane.console.models import ConsoleSession
 
 __all__ = [
     "ApiKey",

@@ -21,11 +21,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.db.types import utcnow
+from controlplane.fleet.nodes import transition
 from controlplane.models import Node, NodeState, Pool, Region, Replica, ReplicaState
 from controlplane.models.catalog import Cloud
 from controlplane.services.edge_snapshot import served_model_name
 from controlplane.services.errors import Conflict, NotFound, Unauthorized
-from controlplane.services.nodes import transition
 from controlplane.services.secrets import new_token, sha256_hex
 
 ReplicaStateName = Literal["starting", "ready", "draining", "stopped", "failed"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
-from controlplane.services import autoscaling
+from controlplane.fleet import autoscaling
 from controlplane.tasks import runtime
 from controlplane.tasks.app import app
 

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
+from controlplane.fleet import launcher, provisioning, sweeper, terminator
 from controlplane.models import OperationKind
-from controlplane.services import launcher, provisioning, sweeper, terminator
 from controlplane.tasks import runtime
 from controlplane.tasks.app import app
 

@@ -7,7 +7,7 @@ process (the embedded mode, the tests) may ``configure`` both before tasks run.
 from __future__ import annotations
 
 from controlplane.config import Settings, get_settings
-from controlplane.services.clouds import Providers, SettingsProviders
+from controlplane.fleet.clouds import Providers, SettingsProviders
 
 _settings: Settings | None = None
 _providers: Providers | None = None

@@ -17,8 +17,8 @@ from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
 from controlplane.embedded import LOCAL_CATALOG
+from controlplane.fleet.nodes import transition
 from controlplane.models import Node, NodeState
-from controlplane.services.nodes import transition
 from controlplane.services.secrets import new_token
 from infra.bootstrap import AgentConfig
 from tests.live_server import serve

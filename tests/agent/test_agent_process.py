@@ -14,7 +14,7 @@ import pytest
 
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
-from controlplane.services.provisioning import reconcile_tick
+from controlplane.fleet.provisioning import reconcile_tick
 from dataplane.agent.process import AgentProcess
 from tests.agent.conftest import EDGE_TOKEN, FAST_AGENT_ENV, ControlPlane, agent_config, make_node, make_pool
 

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import select
 
 from controlplane.db.engine import session_scope
+from controlplane.fleet.autoscaling import autoscale_pool, autoscale_tick, histogram_quantile
 from controlplane.models import (
     AutoscalerDecision,
     Model,
@@ -27,7 +28,6 @@ from controlplane.models import (
     Tenant,
     UsageMinute,
 )
-from controlplane.services.autoscaling import autoscale_pool, autoscale_tick, histogram_quantile
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, tzinfo=dt.UTC)
 
@@ -174,7 +174,7 @@ def settings(db_url, tmp_path):
 
 def test_operator_overrides_reach_the_policy(db_url, tmp_path) -> None:
     from controlplane.config import Settings
-    from controlplane.services.autoscaling import config_from
+    from controlplane.fleet.autoscaling import config_from
 
     assert config_from(Settings(database_url=db_url, autoscaler_overrides={"scale_down_hold_s": 42})).scale_down_hold_s == 42
     with pytest.raises(ValueError, match="scale_down_hold"):
@@ -185,7 +185,7 @@ def test_rate_history_holds_only_finished_minutes_and_ends_with_the_live_rate(se
     """The minute still running is not a rate yet: stamped at its end (in the future) with a
     partial count it put the history out of order, so the forecast's windows dropped the live
     sample after it and kept sizing the pool from minutes that were over."""
-    from controlplane.services.autoscaling import observe
+    from controlplane.fleet.autoscaling import observe
 
     live = {"num_running_reqs": 1, "num_requests_per_s": 2.0, "prompt_tokens_per_s": 30.0,
             "generation_tokens_per_s": 20.0}

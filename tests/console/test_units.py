@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controlplane.console import charts, metrics, sessions
-from controlplane.console.models import ConsoleSession
+from controlplane.models.console import ConsoleSession
 from controlplane.schemas.usage import UsageBucket, UsageNumbers, UsageReport, UsageSeries
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)

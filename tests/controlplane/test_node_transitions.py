@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import select
 
 from controlplane.db.engine import session_scope
+from controlplane.fleet.nodes import ALLOWED, IllegalTransition, transition
 from controlplane.models import AuditEvent, Cloud, Model, ModelVariant, Node, NodeState, Pool
-from controlplane.services.nodes import ALLOWED, IllegalTransition, transition
 
 
 @pytest.fixture

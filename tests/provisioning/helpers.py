@@ -11,8 +11,8 @@ from sqlalchemy import select
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
+from controlplane.fleet import launcher, provisioning, terminator
 from controlplane.models import Node, NodeState, Operation, OperationKind, Pool
-from controlplane.services import launcher, provisioning, terminator
 
 EXECUTORS = {OperationKind.launch: launcher.execute, OperationKind.terminate: terminator.execute}
 

@@ -18,8 +18,9 @@ import pytest
 
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
+from controlplane.fleet import launcher
 from controlplane.models import NodeState, Operation, OperationKind
-from controlplane.services import agents, launcher
+from controlplane.services import agents
 from controlplane.tasks.app import app
 from infra.bootstrap import parse_user_data
 from tests.provisioning.celery_harness import use_broker

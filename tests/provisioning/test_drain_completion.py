@@ -15,8 +15,8 @@ from sqlalchemy import select, update
 
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
+from controlplane.fleet.provisioning import reconcile_tick
 from controlplane.models import AuditEvent, Node, NodeState, OperationKind, OperationState, Pool
-from controlplane.services.provisioning import reconcile_tick
 from controlplane.services.secrets import new_token
 from tests.provisioning.conftest import Clouds, aws_catalog, setup_pool
 from tests.provisioning.helpers import converge, nodes, operations, tick

@@ -11,9 +11,9 @@ from sqlalchemy import update
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.migrate import upgrade
+from controlplane.fleet.clouds import SettingsProviders
 from controlplane.models import Model, ModelVariant, NodeState, Pool
 from controlplane.services.catalog import import_catalog
-from controlplane.services.clouds import SettingsProviders
 from controlplane.tasks.app import broker_settings
 from tests.infra.conftest import SLEEPER
 from tests.provisioning.celery_harness import celery_running

@@ -9,8 +9,8 @@ import datetime as dt
 from sqlalchemy import select
 
 from controlplane.db.engine import session_scope
+from controlplane.fleet import sweeper
 from controlplane.models import CapacityBlock, NodeState, OperationKind
-from controlplane.services import sweeper
 from infra.bootstrap import parse_user_data
 from tests.infra.gce_double import InjectedError
 from tests.provisioning.celery_harness import celery_running

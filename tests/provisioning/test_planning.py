@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from controlplane.config import Settings
+from controlplane.fleet import node_bootstrap, placement_catalog
+from controlplane.fleet.provisioning import NodeView, PoolPlan, markets_for_new_nodes, plan_pool
 from controlplane.models import NodeState, SpotPolicy
-from controlplane.services import node_bootstrap, placement_catalog
-from controlplane.services.provisioning import NodeView, PoolPlan, markets_for_new_nodes, plan_pool
 from infra.bootstrap import parse_user_data
 from infra.catalog import load_catalog
 from infra.placement import Candidate, PlacementPreference

@@ -11,6 +11,8 @@ from sqlalchemy import select, update
 from bench.controlplane.reconcile import churn, measure_tick, seed
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
+from controlplane.fleet.leases import claimable
+from controlplane.fleet.provisioning import launch_key, reconcile_tick
 from controlplane.models import (
     Node,
     NodeState,
@@ -21,8 +23,6 @@ from controlplane.models import (
     Replica,
     ReplicaState,
 )
-from controlplane.services.leases import claimable
-from controlplane.services.provisioning import launch_key, reconcile_tick
 from tests.provisioning.helpers import nodes, operations, tick
 
 

@@ -9,8 +9,8 @@ import uuid
 from typing import Any
 
 from controlplane.db.types import utcnow
+from controlplane.fleet import launcher, sweeper, terminator
 from controlplane.models import NodeState, OperationKind, OperationState
-from controlplane.services import launcher, sweeper, terminator
 from infra.provider import Instance, LaunchRequest
 from tests.provisioning.conftest import Clouds, aws_catalog, setup_pool
 from tests.provisioning.helpers import converge, nodes, operations, run_due, tick

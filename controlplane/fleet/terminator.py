@@ -19,12 +19,11 @@ from sqlalchemy import select
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
-from controlplane.models import Node, NodeState, Operation, OperationKind, OperationState, Pool, ReplicaState
-from controlplane.services import placement_catalog
-from controlplane.services.clouds import Providers
-from controlplane.services.leases import held, stamp
-from controlplane.services.nodes import transition
-from controlplane.services.provisioning import (
+from controlplane.fleet import placement_catalog
+from controlplane.fleet.clouds import Providers
+from controlplane.fleet.leases import held, stamp
+from controlplane.fleet.nodes import transition
+from controlplane.fleet.provisioning import (
     append_history,
     claim_operation,
     finish_operation,
@@ -32,6 +31,7 @@ from controlplane.services.provisioning import (
     retry_operation,
     set_replica_states,
 )
+from controlplane.models import Node, NodeState, Operation, OperationKind, OperationState, Pool, ReplicaState
 from infra.errors import ProviderError
 from infra.provider import MANAGED_BY, MANAGED_BY_VALUE, TAG_CLUSTER, TAG_NODE_ID, InstanceState
 

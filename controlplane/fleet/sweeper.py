@@ -28,11 +28,11 @@ from sqlalchemy.orm import Session
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
+from controlplane.fleet import blocklist, placement_catalog
+from controlplane.fleet.clouds import Providers
+from controlplane.fleet.nodes import transition
+from controlplane.fleet.provisioning import PREEMPTED, begin_termination
 from controlplane.models import Node, NodeState, Operation, OperationKind
-from controlplane.services import blocklist, placement_catalog
-from controlplane.services.clouds import Providers
-from controlplane.services.nodes import transition
-from controlplane.services.provisioning import PREEMPTED, begin_termination
 from infra.provider import MANAGED_BY, MANAGED_BY_VALUE, TAG_CLUSTER, TAG_NODE_ID, Instance, InstanceState
 
 log = logging.getLogger("nimbus.provisioning.sweep")

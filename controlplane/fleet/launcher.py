@@ -30,6 +30,19 @@ from sqlalchemy.orm import Session
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
+from controlplane.fleet import blocklist, node_bootstrap, placement_catalog
+from controlplane.fleet.clouds import Providers
+from controlplane.fleet.leases import held, stamp
+from controlplane.fleet.nodes import transition
+from controlplane.fleet.provisioning import (
+    CAPACITY_UNAVAILABLE,
+    PREEMPTED,
+    append_history,
+    begin_termination,
+    claim_operation,
+    finish_operation,
+    retry_operation,
+)
 from controlplane.models import (
     Model,
     ModelVariant,
@@ -39,19 +52,6 @@ from controlplane.models import (
     OperationKind,
     OperationState,
     Pool,
-)
-from controlplane.services import blocklist, node_bootstrap, placement_catalog
-from controlplane.services.clouds import Providers
-from controlplane.services.leases import held, stamp
-from controlplane.services.nodes import transition
-from controlplane.services.provisioning import (
-    CAPACITY_UNAVAILABLE,
-    PREEMPTED,
-    append_history,
-    begin_termination,
-    claim_operation,
-    finish_operation,
-    retry_operation,
 )
 from controlplane.services.secrets import new_token
 from infra.catalog import Catalog

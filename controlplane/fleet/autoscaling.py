@@ -32,6 +32,7 @@ from controlplane.autoscaler.signals import (
     ReplicaSignal,
 )
 from controlplane.config import Settings
+from controlplane.fleet import provisioning
 from controlplane.models import (
     AutoscalerDecision,
     CapacityBlock,
@@ -43,7 +44,6 @@ from controlplane.models import (
     ReplicaState,
     UsageMinute,
 )
-from controlplane.services import provisioning
 
 HISTORY_S = 26 * 3600  # a day for the seasonal forecast, plus the trend window
 ACTIVATION_VALID_S = 300.0  # an edge's activation request counts this long

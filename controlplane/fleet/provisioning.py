@@ -25,6 +25,8 @@ from sqlalchemy import ColumnElement, and_, case, exists, select, update
 from sqlalchemy.orm import Session, lazyload
 
 from controlplane.config import Settings
+from controlplane.fleet.leases import claimable, lease_free, release
+from controlplane.fleet.nodes import transition
 from controlplane.models import (
     Node,
     NodeState,
@@ -36,8 +38,6 @@ from controlplane.models import (
     ReplicaState,
     SpotPolicy,
 )
-from controlplane.services.leases import claimable, lease_free, release
-from controlplane.services.nodes import transition
 
 S = NodeState
 CAPACITY_UNAVAILABLE = "capacity_unavailable"

@@ -1,0 +1,174 @@
+"""The fleet's capacity model as plain values: what placement and consolidation read and answer.
+
+GPUs are the unit of capacity. A node is a VM with ``gpus_total`` GPU slots, indexed 0…N-1. A
+replica is one engine serving one pool's variant on ``gpus`` of one node's slots, named by index.
+A node belongs to a *node group* (cloud, region, zone, instance type, market, and a tenant for
+dedicated capacity), not to a pool: it hosts replicas of every pool whose placement and
+dedication allow it.
+
+Nothing here does I/O. ``controlplane.fleet.reconcile`` reads rows into these values, calls the
+pure functions in ``placement`` and ``consolidation``, and writes their answers back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PlacementPref:
+    """One entry of a pool's ordered placement list; ``None`` means any."""
+
+    cloud: str
+    region: str | None = None
+    zones: tuple[str, ...] = ()  # empty: any zone of the region
+
+    def allows(self, cloud: str, region: str, zone: str | None) -> bool:
+        if cloud != self.cloud or (self.region is not None and region != self.region):
+            return False
+        return not self.zones or zone is None or zone in self.zones
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A launchable shape in one market of one region: a catalog instance type, priced.
+
+    ``zones`` are the zones it may launch in now, best first (blocked zones already removed by
+    the caller). An offer with no zones is not launchable.
+    """
+
+    cloud: str
+    region: str
+    instance_type: str
+    gpu_type: str
+    gpu_count: int
+    gpu_memory_gb: float  # per GPU
+    spot: bool
+    price_per_hour: float  # USD per instance-hour in this market
+    zones: tuple[str, ...]
+
+    @property
+    def price_per_gpu_hour(self) -> float:
+        return self.price_per_hour / max(1, self.gpu_count)
+
+
+@dataclass(frozen=True)
+class PoolNeed:
+    """One pool as placement sees it: what a replica needs and how many are missing per market."""
+
+    pool_id: str
+    gpus_per_replica: int
+    gpu_memory_gb: float  # per GPU
+    gpu_types: tuple[str, ...] = ()  # empty: any accelerator with enough memory
+    placement: tuple[PlacementPref, ...] = ()  # ordered; empty: anywhere
+    dedicated_tenant_id: str | None = None  # None: shared capacity only
+    missing_spot: int = 0  # replicas to add on spot nodes
+    missing_on_demand: int = 0  # replicas to add on on-demand nodes
+    spread_zones: bool = False  # place replicas across zones for availability
+    # Profiled decode throughput of one replica on each GPU type (tokens/s); compares GPU types by
+    # tokens/s per dollar (Mélange). Missing types count as the slowest known.
+    tokens_per_s: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HostedReplica:
+    replica_id: str
+    pool_id: str
+    gpu_ids: tuple[int, ...]
+    ready: bool
+    model_ready_s: float = 60.0  # how long a fresh copy takes to become ready (disruption cost)
+    moving: bool = False  # already the source or target of a move in flight
+
+
+@dataclass(frozen=True)
+class NodeSlots:
+    """One live node: its group, its GPU slots and the replicas that hold some of them."""
+
+    node_id: str
+    cloud: str
+    region: str
+    zone: str | None  # None until the VM is launched
+    instance_type: str
+    gpu_type: str
+    gpus_total: int
+    spot: bool
+    dedicated_tenant_id: str | None
+    price_per_hour: float
+    replicas: tuple[HostedReplica, ...] = ()
+    launched: bool = True  # False: pending/provisioning (its slots can still be promised)
+    ready: bool = True  # agent registered and serving
+    underused_since: float | None = None  # epoch s; None while the node is well used
+    gpu_memory_gb: float = 0.0
+
+    @property
+    def used(self) -> frozenset[int]:
+        return frozenset(g for r in self.replicas for g in r.gpu_ids)
+
+    @property
+    def free_gpus(self) -> tuple[int, ...]:
+        used = self.used
+        return tuple(g for g in range(self.gpus_total) if g not in used)
+
+
+# ---------------------------------------------------------------- answers
+@dataclass(frozen=True)
+class Placed:
+    """A new replica of ``pool_id`` on GPUs ``gpu_ids`` of an existing (or planned) node."""
+
+    pool_id: str
+    node_id: str  # an existing node's id, or a NewNode.key
+    gpu_ids: tuple[int, ...]
+    spot: bool
+
+
+@dataclass(frozen=True)
+class NewNode:
+    key: str  # a planning id ("new-0", …); the caller gives the node row its real id
+    offer: Offer
+    dedicated_tenant_id: str | None
+    zones: tuple[str, ...]  # where to try to launch, best first (a subset of offer.zones)
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    placed: tuple[Placed, ...] = ()
+    launches: tuple[NewNode, ...] = ()
+    # (pool_id, count, why) for replicas that could go nowhere: no offer fits, all blocked, …
+    unplaced: tuple[tuple[str, int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Move:
+    """Make-before-break: start a copy of ``replica_id`` on ``to_node`` GPUs ``gpu_ids``; the
+    original drains only once the copy is ready and taking traffic."""
+
+    replica_id: str
+    pool_id: str
+    from_node: str
+    to_node: str  # an existing node's id, or a NewNode.key (a *replace*)
+    gpu_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ConsolidationAction:
+    kind: str  # "delete" (moves into free slots elsewhere) or "replace" (onto one cheaper new node)
+    node_id: str  # the node to empty and remove
+    moves: tuple[Move, ...]
+    new_node: NewNode | None  # set for "replace"
+    savings_per_hour: float
+    disruption_cost: float  # USD: GPUs × price per GPU-hour × model-ready time, summed over moves
+    score: float  # savings over the horizon / disruption cost
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ConsolidationBudget:
+    """Karpenter-style disruption budgets and thresholds."""
+
+    settle_s: float = 300.0  # a node must have been underused this long
+    max_moves_per_pool: int = 1  # moves in flight per pool
+    max_nodes_in_flight: int = 1  # nodes being emptied fleet-wide
+    horizon_s: float = 3600.0  # savings counted over this horizon
+    min_score: float = 1.0  # savings over the horizon ≥ min_score × disruption cost
+    underused_fraction: float = 0.5  # a node using less than this share of its GPUs is underused
