@@ -15,9 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     level = getattr(logging, config.log_level.upper(), logging.INFO)
     logging.basicConfig(level=level, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
     logging.getLogger("nimbus.sim").info(
-        "simulating %s (%s) on %dx%s, %s, KV capacity %d tokens, max running %d, ready in %.1fs, time scale %g, "
-        "listening on http://%s:%d",
-        config.served_model_name, config.model.name, config.tp_size, config.gpu.name,
+        "simulating %s (%s) on %dx%s (GPU ids %s), %s, KV capacity %d tokens, max running %d, ready in %.1fs, "
+        "time scale %g, listening on http://%s:%d",
+        config.served_model_name, config.model.name, config.tp_size, config.gpu.name, config.gpu_ids or "none",
         config.quantization or "bf16", config.max_total_tokens, config.max_running_requests, ready_delay,
         config.time_scale, config.host, config.port,
     )

@@ -1,12 +1,19 @@
 """Command line -> :class:`SimConfig`, with SGLang's flag names and defaults where they exist.
 
 Unknown flags are accepted with a warning so one launch template can start either engine.
+
+The GPUs a replica runs on come the way SGLang gets them: ``CUDA_VISIBLE_DEVICES`` (the agent
+sets it per replica), or the simulator's own ``--gpu-ids``, which wins. They change nothing in
+the timing model; ``/get_server_info`` reports them as ``gpu_ids`` so tests and operators can
+see which indices a replica was given.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from . import timing
@@ -52,6 +59,7 @@ class SimConfig:
     fault_crash_after_tokens: int | None = None
     fault_slowdown: float = 1.0
     fault_refuse: bool = False
+    gpu_ids: list[int] = field(default_factory=list)  # physical indices: --gpu-ids, else CUDA_VISIBLE_DEVICES
     ignored_flags: list[str] = field(default_factory=list)
 
     def server_args(self) -> dict:
@@ -85,6 +93,7 @@ class SimConfig:
             "sim_model_profile": self.model.name,
             "sim_time_scale": self.time_scale,
             "sim_seed": self.seed,
+            "gpu_ids": list(self.gpu_ids),
         }
 
 
@@ -132,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--jitter", type=float, default=0.03, help="coefficient of variation of step times")
     own.add_argument("--eos-min-tokens", type=int, default=128, help="shortest natural (EOS) answer")
     own.add_argument("--eos-max-tokens", type=int, default=1024, help="longest natural (EOS) answer")
+    own.add_argument("--gpu-ids", help="GPU indices this engine runs on, e.g. 2,3 (default: CUDA_VISIBLE_DEVICES; "
+                                       "reported by /get_server_info)")
     f = p.add_argument_group("fault injection")
     f.add_argument("--fault-health-fail", action="store_true")
     f.add_argument("--fault-hang", action="store_true")
@@ -155,10 +166,35 @@ def _default_mem_fraction(tp: int) -> float:
     return 0.88 if tp == 1 else 0.85
 
 
-def parse_config(argv: list[str] | None = None, warn=None) -> tuple[SimConfig, float]:
-    """Returns the config and the model-ready delay in wall seconds."""
+def parse_gpu_ids(raw: str | None, warn: Callable[[str], None], source: str) -> list[int]:
+    """``"2,3"`` → ``[2, 3]``; ``None``/``""`` → ``[]``. Entries that are not indices (GPU UUIDs,
+    MIG names) are skipped with a warning: the simulator reports indices only."""
+    ids: list[int] = []
+    for token in (raw or "").split(","):
+        token = token.strip()
+        if not token:
+            continue
+        if token.isdigit():
+            ids.append(int(token))
+        else:
+            warn(f"{source}: ignoring {token!r} (not a GPU index)")
+    return ids
+
+
+def parse_config(argv: list[str] | None = None, warn=None,
+                 environ: Mapping[str, str] | None = None) -> tuple[SimConfig, float]:
+    """Returns the config and the model-ready delay in wall seconds. ``environ`` (default: the
+    process environment) supplies ``CUDA_VISIBLE_DEVICES`` when ``--gpu-ids`` is not given."""
     warn = warn or (lambda msg: print(f"[nimbus-sim] warning: {msg}", file=sys.stderr))
     args, unknown = build_parser().parse_known_args(argv)
+    env = os.environ if environ is None else environ
+    if args.gpu_ids is not None:
+        gpu_ids = parse_gpu_ids(args.gpu_ids, warn, "--gpu-ids")
+    else:
+        gpu_ids = parse_gpu_ids(env.get("CUDA_VISIBLE_DEVICES"), warn, "CUDA_VISIBLE_DEVICES")
+    if gpu_ids and args.tp_size > len(gpu_ids):
+        warn(f"--tp-size {args.tp_size} needs more GPUs than the {len(gpu_ids)} given ({gpu_ids}): "
+             "SGLang would not start like this")
     if unknown:
         warn(f"ignoring SGLang flags the simulator does not model: {' '.join(unknown)}")
     try:
@@ -226,6 +262,7 @@ def parse_config(argv: list[str] | None = None, warn=None) -> tuple[SimConfig, f
         fault_crash_after_tokens=args.fault_crash_after_tokens,
         fault_slowdown=args.fault_slowdown,
         fault_refuse=args.fault_refuse,
+        gpu_ids=gpu_ids,
         ignored_flags=unknown,
     )
     if args.ready_delay is not None:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from dataplane.processes import stop_gracefully
@@ -40,6 +40,7 @@ class SimProcess:
         port: int | None = None,
         host: str = "127.0.0.1",
         log_path: str | os.PathLike | None = None,
+        env: Mapping[str, str] | None = None,
     ):
         self.host = host
         self.port = port or free_port(host)
@@ -52,6 +53,7 @@ class SimProcess:
             self.args += ["--ready-delay", str(ready_delay)]
         self.args += list(extra_args)
         self.log_path = log_path
+        self.env = dict(env or {})  # added to this process's environment (e.g. CUDA_VISIBLE_DEVICES)
         self.proc: subprocess.Popen | None = None
         self._log_file = None
 
@@ -66,7 +68,7 @@ class SimProcess:
 
     def launch(self) -> SimProcess:
         """Start the process without waiting for readiness."""
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
         self._log_file = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.args, cwd=REPO_ROOT, env=env, stdout=self._log_file,
