@@ -59,8 +59,18 @@ LOCAL_CATALOG: dict[str, Any] = {
             "name": "local",
             "template": {"kind": "local", "id": "local"},
             "zones": [{"name": "local-a"}],
+            # Priced like the sample catalog's H100 (p5.48xlarge, 8 GPUs, $55.04/h on-demand): $6.88 per
+            # GPU-hour on the 8-GPU shape, a small premium per GPU-hour on smaller ones (7.57, 7.22, 7.05),
+            # spot at 40% of on-demand. So placement and consolidation see real shapes and real prices.
             "instance_types": [
-                {"name": "sim-1gpu", "gpu_type": "sim", "gpu_count": 1, "gpu_memory_gb": 80, "on_demand_price": 0},
+                {"name": "sim-1gpu", "gpu_type": "sim", "gpu_count": 1, "gpu_memory_gb": 80,
+                 "on_demand_price": 7.57, "spot_price": 3.028},
+                {"name": "sim-2gpu", "gpu_type": "sim", "gpu_count": 2, "gpu_memory_gb": 80,
+                 "on_demand_price": 14.44, "spot_price": 5.776},
+                {"name": "sim-4gpu", "gpu_type": "sim", "gpu_count": 4, "gpu_memory_gb": 80,
+                 "on_demand_price": 28.2, "spot_price": 11.28},
+                {"name": "sim-8gpu", "gpu_type": "sim", "gpu_count": 8, "gpu_memory_gb": 80,
+                 "on_demand_price": 55.04, "spot_price": 22.016},
             ],
         }],
     }],
