@@ -5,7 +5,8 @@ fewest outstanding requests (requests that find no ready replica are held, as th
 activator does, and count as having waited on a cold start), then every replica's engine
 runs up to the end of the slice. Every ``interval_s`` of the policy it gets a
 ``PoolObservation`` built from the engines' gauges and the edge's rate history, and its
-decision is applied: additions start after a cold start drawn around the profile's
+target is applied by ``follow_target``, the simulation's stand-in for the fleet loop (one
+market, no nodes to pack): additions start after a cold start drawn around the profile's
 model-ready time, drains stop routing and remove the replica once it is empty.
 """
 
@@ -14,13 +15,14 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench.autoscale.engine import Replica, ReplicaProfile, StepTimes
 from bench.autoscale.trace import Trace
 from controlplane.autoscaler.decision import Decision
+from controlplane.autoscaler.policy import replica_utilization
 from controlplane.autoscaler.signals import PoolObservation, PoolSpec, ReplicaSignal
 
 DecideFn = Callable[[PoolSpec, PoolObservation, Any], tuple[Decision, Any]]
@@ -51,6 +53,36 @@ class Result:
     peak_replicas: int
     timeline: list[tuple[float, int, int, float]] = field(default_factory=list)  # (t, active, ready, rps)
     decisions: list[tuple[float, Decision]] = field(default_factory=list)
+
+
+def follow_target(replicas: Sequence[ReplicaSignal], target: int) -> tuple[int, list[str]]:
+    """What the fleet does with a pool's target, reduced to one market and no node packing:
+    (replicas to launch, replica ids to drain).
+
+    The surplus goes starting replicas first (nothing to finish; the newest first), then the
+    least loaded ready ones, and never leaves fewer ready replicas than the target."""
+    active = [r for r in replicas if r.active]
+    if len(active) < target:
+        return target - len(active), []
+
+    def order(r: ReplicaSignal) -> tuple:
+        if r.state == "starting":
+            return (0, -r.started_at, 0.0)
+        return (1, 0.0, replica_utilization(r))
+
+    ready_left = sum(1 for r in active if r.state == "ready")
+    surplus = len(active) - target
+    drains: list[str] = []
+    for r in sorted(active, key=order):
+        if surplus <= 0:
+            break
+        if r.state == "ready":
+            if ready_left - 1 < target:
+                continue
+            ready_left -= 1
+        drains.append(r.replica_id)
+        surplus -= 1
+    return 0, drains
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -187,14 +219,16 @@ class PoolSimulation:
                 next_history += HISTORY_STEP_S
             if t >= next_tick:
                 next_tick += runner.interval_s
-                decision, runner.state = runner.decide(self.spec, self.observe(t), runner.state)
-                for add in decision.add:
-                    self.launch(t, add.spot)
-                for rid in decision.drain:
+                observation = self.observe(t)
+                decision, runner.state = runner.decide(self.spec, observation, runner.state)
+                launches, drains = follow_target(observation.replicas, decision.target_replicas)
+                for _ in range(launches):
+                    self.launch(t, False)
+                for rid in drains:
                     self.drain(rid, t)
-                if decision.changes_capacity:
+                if launches or drains:
                     events += 1
-                    launched += len(decision.add)
+                    launched += launches
                     decisions.append((t, decision))
             active = sum(1 for r in self.replicas.values() if r.state != "draining")
             peak = max(peak, len(self.replicas))

@@ -6,8 +6,9 @@
   agreeing evaluations; from a target of zero it scales up at once.
 * ``static_decide``: a fixed pool provisioned for the peak.
 
-Both reuse our capacity-type split and drain choice, so the comparison is about the
-sizing rule alone.
+Like ours they answer a target replica count only; the benchmark's fleet stand-in
+(``bench.autoscale.simulate.follow_target``) turns every policy's target into launches and
+stops the same way, so the comparison is about the sizing rule alone.
 """
 
 from __future__ import annotations
@@ -18,12 +19,6 @@ from dataclasses import asdict, dataclass
 
 from controlplane.autoscaler.decision import Decision
 from controlplane.autoscaler.forecast import window_values
-from controlplane.autoscaler.policy import (
-    choose_drains,
-    plan_additions,
-    split_by_capacity_type,
-    spot_available,
-)
 from controlplane.autoscaler.signals import PoolObservation, PoolSpec
 
 
@@ -76,16 +71,6 @@ def skyserve_step(current: int, wanted: int, state: SkyServeState, config: SkySe
     return SkyServeState(current, 0, 0)
 
 
-def _to_decision(spec: PoolSpec, obs: PoolObservation, target: int, reason: str, signals: dict) -> Decision:
-    active = [r for r in obs.replicas if r.active]
-    mix = split_by_capacity_type(spec, obs, target)
-    ok = spot_available(obs)
-    add = plan_additions(active, mix, obs.nodes, spec.gpus_per_replica, reason, ok)
-    # SkyServe terminates surplus replicas without a readiness floor.
-    drain = choose_drains(active, mix, 0, 0, ok)
-    return Decision(target, tuple(add), tuple(drain), (), (reason,), signals)
-
-
 def skyserve_decide(spec: PoolSpec, obs: PoolObservation, state: SkyServeState,
                     config: SkyServeConfig) -> tuple[Decision, SkyServeState]:
     wanted, qps = qps_target(spec, obs, config)
@@ -94,7 +79,7 @@ def skyserve_decide(spec: PoolSpec, obs: PoolObservation, state: SkyServeState,
     reason = f"qps {qps:.2f} -> {wanted} wanted; target {new_state.target}"
     signals = {"qps": qps, "wanted": wanted, "upscale_counter": new_state.upscale_counter,
                "downscale_counter": new_state.downscale_counter}
-    return _to_decision(spec, obs, new_state.target, reason, signals), new_state
+    return Decision(new_state.target, (reason,), signals), new_state
 
 
 @dataclass(frozen=True)
@@ -105,4 +90,4 @@ class StaticConfig:
 def static_decide(spec: PoolSpec, obs: PoolObservation, state: None,
                   config: StaticConfig) -> tuple[Decision, None]:
     target = config.replicas
-    return _to_decision(spec, obs, target, f"static pool of {target}", {}), state
+    return Decision(target, (f"static pool of {target}",), {}), state

@@ -12,9 +12,11 @@
 * ``slo_breach_need``  one more replica when p95 TTFT breaches the SLO of a settled pool.
 * ``apply_hysteresis`` up at once with headroom; down only when a hold window agrees.
 * ``kind_floor`` / ``clamp_target``  warm floor, scale-to-zero, max replicas, tenant GPU quota.
-* ``split_by_capacity_type``  spot / on-demand mix with on-demand fallback while spot is out.
-* ``choose_drains``    which replicas to drain, never below the panic-window need.
-* ``consolidation_moves``  pack replicas to free half-empty nodes (start, then drain).
+
+The answer is how many replicas the pool needs, never which ones: the fleet loop
+(``controlplane.fleet``) places them into GPU slots, picks the spot / on-demand market
+(``fleet.markets``), chooses which replicas stop on a scale-down and consolidates nodes. A
+scale-down never goes below the panic-window need: the target holds instead (see ``decide``).
 
 Every decision carries its reasons and the signals behind them, for the admin API.
 """
@@ -25,11 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controlplane.autoscaler.config import AutoscalerConfig
-from controlplane.autoscaler.decision import AddReplica, Decision, Move
+from controlplane.autoscaler.decision import Decision
 from controlplane.autoscaler.forecast import Forecast, forecast_peak
 from controlplane.autoscaler.signals import (
     AutoscalerState,
-    NodeSignal,
     PoolObservation,
     PoolSpec,
     ReplicaSignal,
@@ -322,142 +323,6 @@ def clamp_target(target: int, floor: int, spec: PoolSpec, active: Sequence[Repli
 
 
 # ---------------------------------------------------------------------------------------------
-# Spot / on-demand mix
-
-
-@dataclass(frozen=True)
-class CapacityMix:
-    spot: int
-    on_demand: int
-    reason: str | None = None
-
-
-def spot_available(obs: PoolObservation) -> bool:
-    return obs.spot_unavailable_until is None or obs.spot_unavailable_until <= obs.now
-
-
-def split_by_capacity_type(spec: PoolSpec, obs: PoolObservation, target: int) -> CapacityMix:
-    """How many of ``target`` should be spot and how many on-demand.
-
-    With fallback, a spot outage is covered by on-demand for the spot replicas that are not
-    ready (SkyServe's dynamic fallback); when spot returns, new spot replicas are launched and
-    the stand-ins are drained only once enough replicas are ready (see ``choose_drains``)."""
-    if spec.spot_policy == "on_demand":
-        return CapacityMix(0, target)
-    if spec.spot_policy == "spot":
-        return CapacityMix(target, 0)
-    base = min(spec.spot_base_on_demand, target)
-    wanted_spot = target - base
-    spot_price, on_demand_price = obs.prices.get("spot"), obs.prices.get("on_demand")
-    if spot_price is not None and on_demand_price is not None and spot_price >= on_demand_price:
-        # Spot's only point is price; at parity its preemptions buy nothing.
-        return CapacityMix(0, target, "spot not cheaper than on-demand: on-demand only")
-    if spot_available(obs):
-        return CapacityMix(wanted_spot, base)
-    ready_spot = sum(1 for r in obs.replicas if r.spot and r.state == "ready")
-    keep_spot = min(wanted_spot, ready_spot)
-    return CapacityMix(keep_spot, target - keep_spot, "spot unavailable: on-demand fallback")
-
-
-# ---------------------------------------------------------------------------------------------
-# Drains and placements
-
-
-def drain_order(replica: ReplicaSignal) -> tuple:
-    # Starting replicas first (nothing to finish, newest first), then the least loaded.
-    if replica.state == "starting":
-        return (0, -replica.started_at, 0.0)
-    return (1, 0.0, replica_utilization(replica))
-
-
-def choose_drains(active: Sequence[ReplicaSignal], mix: CapacityMix, target: int, panic_need: int,
-                  spot_ok: bool) -> list[str]:
-    """Drain the surplus of each capacity type, never leaving fewer ready replicas than the
-    target or the panic-window need; starting spot replicas are dropped while spot is out."""
-    ready_left = sum(1 for r in active if r.state == "ready")
-    floor_ready = max(target, panic_need)
-    chosen: list[str] = []
-    for is_spot, wanted in ((True, mix.spot), (False, mix.on_demand)):
-        pool = sorted((r for r in active if r.spot == is_spot), key=drain_order)
-        surplus = len(pool) - wanted
-        for replica in pool:
-            if surplus <= 0:
-                break
-            if replica.state == "ready":
-                if ready_left - 1 < floor_ready:
-                    continue
-                ready_left -= 1
-            chosen.append(replica.replica_id)
-            surplus -= 1
-    if not spot_ok:
-        # A spot launch that cannot be fulfilled only blocks the slot; its stand-in is on-demand.
-        chosen += [r.replica_id for r in active if r.spot and r.state == "starting" and r.replica_id not in chosen]
-    return chosen
-
-
-def place(count: int, spot: bool, nodes: Sequence[NodeSignal], gpus: int) -> list[str | None]:
-    """Best fit on existing nodes of the right capacity type; None means a new node."""
-    free = {n.node_id: n.gpus_free for n in nodes if n.spot == spot}
-    placements: list[str | None] = []
-    for _ in range(count):
-        fitting = [node for node, g in free.items() if g >= gpus]
-        if not fitting:
-            placements.append(None)
-            continue
-        best = min(fitting, key=lambda node: (free[node], node))
-        free[best] -= gpus
-        placements.append(best)
-    return placements
-
-
-def plan_additions(active: Sequence[ReplicaSignal], mix: CapacityMix, nodes: Sequence[NodeSignal], gpus: int,
-                   reason: str, spot_ok: bool) -> list[AddReplica]:
-    adds: list[AddReplica] = []
-    for is_spot, wanted in ((True, mix.spot), (False, mix.on_demand)):
-        have = sum(1 for r in active if r.spot == is_spot and (spot_ok or not is_spot or r.state == "ready"))
-        missing = wanted - have
-        if missing <= 0 or (is_spot and not spot_ok):
-            continue
-        adds += [AddReplica(is_spot, reason, node) for node in place(missing, is_spot, nodes, gpus)]
-    return adds
-
-
-# ---------------------------------------------------------------------------------------------
-# Consolidation
-
-
-def consolidation_moves(replicas: Sequence[ReplicaSignal], nodes: Sequence[NodeSignal]) -> list[Move]:
-    """Free the emptiest node that holds only this pool's replicas by moving them onto other
-    nodes of the same capacity type that have room (best fit). One node per tick; each move
-    is a start-then-drain, so capacity never dips."""
-    ours: dict[str, list[ReplicaSignal]] = {}
-    for r in replicas:
-        ours.setdefault(r.node_id, []).append(r)
-    by_id = {n.node_id: n for n in nodes}
-    candidates = [
-        n for n in nodes
-        if n.node_id in ours and n.gpus_used < n.gpus_total
-        and n.gpus_used == sum(r.gpus for r in ours[n.node_id])
-    ]
-    for source in sorted(candidates, key=lambda n: (n.gpus_used, n.node_id)):
-        free = {n.node_id: n.gpus_free for n in nodes if n.node_id != source.node_id and n.spot == source.spot}
-        moves: list[Move] = []
-        for replica in sorted(ours[source.node_id], key=lambda r: -r.gpus):
-            fitting = [node for node, g in free.items() if g >= replica.gpus]
-            if not fitting:
-                break
-            # Fullest node that fits, so the packing stays tight.
-            best = min(fitting, key=lambda node: (free[node], node))
-            free[best] -= replica.gpus
-            moves.append(Move(replica.replica_id, source.node_id, best))
-        else:
-            # Only worth it if the destination ends up fuller than the source was.
-            if moves and all(by_id[m.to_node].gpus_used >= source.gpus_used for m in moves):
-                return moves
-    return []
-
-
-# ---------------------------------------------------------------------------------------------
 # The policy
 
 
@@ -521,30 +386,14 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         current = state.target if state.target is not None else len(active)
         target, why = apply_hysteresis(need, demand.units, current, need_samples, now, state, in_panic, config)
         if target < current and reactive.panic > target:
-            # The drain would stop at the panic-window need anyway; shrink in one go later.
+            # Never shrink below what the panic window needs: the replicas the fleet would stop
+            # are still wanted. Hold, and shrink in one go once the burst has passed.
             target, why = current, f"hold: panic-window need {reactive.panic} above the scale-down target {target}"
         if floor_reason:
             reasons.append(floor_reason)
     reasons.append(why)
     target, clamp_reasons = clamp_target(target, floor, spec, active)
     reasons += clamp_reasons
-
-    mix = split_by_capacity_type(spec, obs, target)
-    if mix.reason:
-        reasons.append(mix.reason)
-    spot_ok = spot_available(obs)
-    add = plan_additions(active, mix, obs.nodes, spec.gpus_per_replica, why, spot_ok)
-    scaling_to_zero = floor == 0 and floor_reason is not None
-    drain = choose_drains(active, mix, target, 0 if scaling_to_zero else reactive.panic, spot_ok)
-    if spec.tenant_gpu_quota is not None:
-        # Draining replicas still hold their GPUs, so new ones must fit in what is free now.
-        add = add[: max(0, (spec.tenant_gpu_quota - spec.tenant_gpus_in_use) // spec.gpus_per_replica)]
-
-    moves: list[Move] = []
-    if not add and not drain and not in_panic and len(ready) == len(active):
-        moves = consolidation_moves(ready, obs.nodes)
-        if moves:
-            reasons.append(f"consolidate: free node {moves[0].from_node}")
 
     new_state = state.evolve(
         demand_samples=demand_samples,
@@ -575,8 +424,6 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         "prewarm_horizon_s": round(horizon, 1),
         "capacity_tok_s": None if capacity is None else round(capacity, 1),
         "capacity_scale": round(scale, 3),
-        "spot_target": mix.spot,
-        "on_demand_target": mix.on_demand,
     }
-    decision = Decision(target, tuple(add), tuple(drain), tuple(moves), tuple(reasons), signals)
+    decision = Decision(target, tuple(reasons), signals)
     return decision, new_state

@@ -20,7 +20,10 @@ SpotPolicy = Literal["on_demand", "spot", "spot_with_fallback"]
 
 @dataclass(frozen=True)
 class ReplicaSignal:
-    """One engine process of the pool, with the gauges its agent last reported."""
+    """One engine process of the pool, with the gauges its agent last reported.
+
+    ``node_id``, ``spot`` and ``gpus`` say where it runs; the policy does not read them (placement,
+    the market and which replicas stop are the fleet's decisions)."""
 
     replica_id: str
     node_id: str
@@ -43,6 +46,9 @@ class ReplicaSignal:
 
 @dataclass(frozen=True)
 class NodeSignal:
+    """Transitional: the executor still builds these. The policy no longer reads nodes
+    (placement and consolidation are the fleet's); delete once ``observe`` stops passing them."""
+
     node_id: str
     gpus_total: int
     gpus_used: int
@@ -64,6 +70,7 @@ class PoolSpec:
     max_replicas: int = 8
     ttft_slo_s: float = 2.0
     idle_timeout_s: float = 900.0
+    # Transitional, not read by the policy: the market is the fleet's (``fleet.markets``).
     spot_policy: SpotPolicy = "on_demand"
     spot_base_on_demand: int = 0
     gpus_per_replica: int = 1
@@ -79,14 +86,16 @@ class PoolSpec:
 class PoolObservation:
     now: float
     replicas: tuple[ReplicaSignal, ...] = ()
-    nodes: tuple[NodeSignal, ...] = ()
     request_rate_history: Sequence[tuple[float, float]] = ()  # (t, req/s), oldest first
     token_rate_history: Sequence[tuple[float, float]] = ()  # (t, tok/s), oldest first
     model_ready_seconds: Sequence[float] = ()  # measured cold starts of this pool's model
     last_request_at: float | None = None
     activation_requested: bool = False  # the edge holds a request for a pool at zero
-    spot_unavailable_until: float | None = None  # set by the executor after a capacity error
-    prices: dict[str, float] = field(default_factory=dict)  # "spot"/"on_demand" -> $/replica-hour
+    # Transitional, not read by the policy (nodes: placement and consolidation; spot outage and
+    # prices: the market, ``fleet.markets``); delete once ``observe`` stops passing them.
+    nodes: tuple[NodeSignal, ...] = ()
+    spot_unavailable_until: float | None = None
+    prices: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -39,23 +39,24 @@ def make_spec(**changes) -> PoolSpec:
 
 
 class Driver:
-    """Feeds a sequence of observations through ``decide`` the way the executor does:
-    state goes round trip through JSON, and decisions are applied to the replica set."""
+    """Feeds a sequence of observations through ``decide`` the way the executor does: state goes
+    round trip through JSON."""
 
     def __init__(self, spec: PoolSpec, config: AutoscalerConfig | None = None):
         self.spec = spec
         self.config = config or AutoscalerConfig()
         self.state = AutoscalerState()
-        self.decisions: list[tuple[float, Decision]] = []
+        self.decisions: list[tuple[float, Decision, int]] = []  # (t, decision, active replicas seen)
 
     def tick(self, obs: PoolObservation) -> Decision:
         decision, state = decide(self.spec, obs, self.state, self.config)
         self.state = AutoscalerState.from_json(state.to_json())
-        self.decisions.append((obs.now, decision))
+        self.decisions.append((obs.now, decision, sum(1 for r in obs.replicas if r.active)))
         return decision
 
     def changes(self) -> list[tuple[float, Decision]]:
-        return [(t, d) for t, d in self.decisions if d.changes_capacity]
+        """Decisions that asked the fleet for a different number of replicas than it had."""
+        return [(t, d) for t, d, active in self.decisions if d.target_replicas != active]
 
 
 @pytest.fixture
@@ -65,8 +66,10 @@ def spec() -> PoolSpec:
 
 class MiniPool:
     """A pool whose total load (in busy batch slots of 100-slot replicas) is given per tick
-    and spread evenly over the ready replicas; additions become ready after ``ready_s``,
-    drains leave at once. Enough to watch the policy's dynamics without an engine."""
+    and spread evenly over the ready replicas. It follows each decision's target the way the
+    fleet does, reduced to its count: missing replicas start and become ready after
+    ``ready_s``; surplus ones leave at once, starting ones first. Enough to watch the
+    policy's dynamics without an engine."""
 
     def __init__(self, driver: Driver, replicas: int, ready_s: float = 60.0, step_s: float = 5.0):
         self.driver = driver
@@ -75,6 +78,7 @@ class MiniPool:
         self.now = 0.0
         self.next_id = 0
         self.replicas: dict[str, tuple[str, float]] = {}  # id -> (state, ready time)
+        self.launched = self.stopped = 0  # by the last step
         for _ in range(replicas):
             self._add(ready_at=-1.0)
 
@@ -105,9 +109,12 @@ class MiniPool:
 
     def step(self, load_slots: float, **obs_fields) -> Decision:
         decision = self.driver.tick(self.observe(load_slots, **obs_fields))
-        for _ in decision.add:
+        missing = decision.target_replicas - len(self.replicas)
+        self.launched, self.stopped = max(0, missing), max(0, -missing)
+        for _ in range(self.launched):
             self._add(ready_at=self.now + self.ready_s)
-        for rid in decision.drain:
-            self.replicas.pop(rid, None)
+        # Newest first: starting replicas (added last) go before ready ones.
+        for rid in list(self.replicas)[::-1][: self.stopped]:
+            del self.replicas[rid]
         self.now += self.step_s
         return decision

@@ -8,9 +8,9 @@ from functools import partial
 import pytest
 
 from bench.autoscale.engine import ReplicaProfile
-from bench.autoscale.simulate import PolicyRunner, PoolSimulation, single_replica_p95
+from bench.autoscale.simulate import PolicyRunner, PoolSimulation, follow_target, single_replica_p95
 from bench.autoscale.trace import TraceShape, make_trace, poisson_trace
-from controlplane.autoscaler import AutoscalerConfig, AutoscalerState, PoolSpec, decide
+from controlplane.autoscaler import AutoscalerConfig, AutoscalerState, PoolSpec, ReplicaSignal, decide
 from controlplane.autoscaler.baselines import (
     SkyServeConfig,
     SkyServeState,
@@ -69,3 +69,20 @@ def test_policies_on_the_same_trace(trace):
     first_growth = [t for t, d in sky.decisions if d.target_replicas > 1]
     assert not first_growth or first_growth[0] >= SHAPE.first_traffic_s + 300
     assert ours.slo_attainment >= sky.slo_attainment
+
+
+def _replica(rid: str, state: str, running: int = 0, started_at: float = 0.0) -> ReplicaSignal:
+    return ReplicaSignal(replica_id=rid, node_id=rid, state=state, spot=False, num_running_reqs=running,
+                         max_running_requests=100, started_at=started_at)
+
+
+def test_the_fleet_stand_in_follows_the_target():
+    pool = (_replica("busy", "ready", 80), _replica("idle", "ready", 5), _replica("old", "starting", started_at=1.0),
+            _replica("new", "starting", started_at=2.0), _replica("gone", "draining"))
+    assert follow_target(pool, 6) == (2, [])  # a draining replica is not capacity
+    assert follow_target(pool, 4) == (0, [])
+    # Surplus: starting replicas first (the newest first), then the least loaded ready one.
+    assert follow_target(pool, 3) == (0, ["new"])
+    assert follow_target(pool, 1) == (0, ["new", "old", "idle"])
+    # A target of zero stops everything that still counts.
+    assert follow_target(pool, 0) == (0, ["new", "old", "idle", "busy"])

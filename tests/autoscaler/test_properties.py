@@ -31,8 +31,6 @@ def pools(draw):
     spec = make_spec(
         kind=draw(st.sampled_from(["warm", "scale_to_zero"])), min_replicas=min_r,
         max_replicas=draw(st.integers(max(1, min_r), 16)), idle_timeout_s=draw(st.floats(10, 2000)),
-        spot_policy=draw(st.sampled_from(["on_demand", "spot", "spot_with_fallback"])),
-        spot_base_on_demand=draw(st.integers(0, 3)),
     )
     history = draw(st.lists(st.tuples(st.floats(-600, 0), st.integers(0, 20)), max_size=30))
     state = AutoscalerState(
@@ -44,7 +42,6 @@ def pools(draw):
     obs = PoolObservation(
         now=0.0, replicas=tuple(replicas), last_request_at=draw(st.none() | st.floats(-3000, 0)),
         activation_requested=draw(st.booleans()),
-        spot_unavailable_until=draw(st.none() | st.floats(-100, 100)),
     )
     return spec, obs, state
 
@@ -67,14 +64,23 @@ def test_target_within_bounds_except_scale_to_zero(case):
 
 @settings(max_examples=300, deadline=None)
 @given(pools())
-def test_never_drains_ready_capacity_below_the_panic_need(case):
+def test_never_shrinks_below_the_panic_need(case):
+    """A scale-down stops at what the panic window needs (the target holds instead), unless the
+    pool goes to zero or its max_replicas is lower still."""
     spec, obs, state = case
     decision, _ = decide(spec, obs, state)
-    by_id = {r.replica_id: r for r in obs.replicas}
-    assert len(set(decision.drain)) == len(decision.drain)
-    assert all(by_id[rid].state != "draining" for rid in decision.drain)
-    ready_before = sum(1 for r in obs.replicas if r.state == "ready")
-    ready_drained = sum(1 for rid in decision.drain if by_id[rid].state == "ready")
-    if ready_drained and decision.target_replicas > 0:
-        assert ready_before - ready_drained >= decision.signals["panic_need"]
-        assert ready_before - ready_drained >= decision.target_replicas
+    current = state.target if state.target is not None else sum(1 for r in obs.replicas if r.active)
+    target = decision.target_replicas
+    if 0 < target < current:
+        assert target >= min(decision.signals["panic_need"], spec.max_replicas)
+        assert not decision.signals["panic"] or target == spec.max_replicas
+
+
+@settings(max_examples=300, deadline=None)
+@given(pools())
+def test_the_policy_answers_a_count_and_the_signals_behind_it(case):
+    spec, obs, state = case
+    decision, _ = decide(spec, obs, state)
+    assert set(decision.to_dict()) == {"target_replicas", "reasons", "signals"}
+    assert decision.reasons and all(isinstance(r, str) for r in decision.reasons)
+    assert {"panic_need", "stable_need", "need_units", "queue_total"} <= set(decision.signals)
