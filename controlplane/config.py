@@ -79,6 +79,25 @@ class Settings(BaseSettings):
     preemption_memory_s: float = Field(
         default=1800.0, ge=0, description="Replacements avoid a zone this long after a spot preemption there."
     )
+    # The GPU fleet (controlplane/fleet/reconcile.py)
+    empty_node_ttl_s: float = Field(
+        default=60.0, ge=0, description="A ready node that holds no replica is released after this long."
+    )
+    replica_start_deadline_s: float = Field(
+        default=1800.0, gt=0, description="A placed replica not ready by then is given up (and placed again)."
+    )
+    consolidation_enabled: bool = Field(default=True, description="Empty or replace underused nodes.")
+    consolidation_settle_s: float = Field(
+        default=300.0, ge=0, description="A node must be underused this long before consolidation moves it."
+    )
+    consolidation_underused_fraction: float = Field(
+        default=0.5, gt=0, le=1, description="A node using less than this share of its GPUs is underused."
+    )
+    consolidation_min_score: float = Field(
+        default=1.0, ge=0, description="Savings over an hour must be this multiple of the move's disruption cost."
+    )
+    consolidation_moves_per_pool: int = Field(default=1, ge=1, description="Moves in flight per pool.")
+    consolidation_nodes_in_flight: int = Field(default=1, ge=1, description="Nodes being emptied fleet-wide.")
 
     @property
     def resolved_database_url(self) -> str:

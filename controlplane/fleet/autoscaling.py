@@ -2,9 +2,10 @@
 
 Per pool and per tick: build ``PoolSpec``/``PoolObservation`` from rows the agents and the
 usage rollup keep fresh, call ``autoscaler.policy.decide``, then apply the answer:
-``desired_replicas`` (which reconcile turns into launches), drains of the replicas the policy
-chose (their nodes go to ``draining`` so reconcile never picks others), the policy's memory,
-and a stored decision with its reasons and signals (shown by ``/admin/v1/pools/{id}/decisions``).
+``desired_replicas`` (replicas, never nodes), the policy's memory, and a stored decision with its
+reasons and signals (shown by ``/admin/v1/pools/{id}/decisions``). Where the replicas go, which
+ones stop on a scale-down and on which market they run is the fleet tick's to decide
+(``controlplane.fleet.reconcile``): one owner per decision.
 
 Each pool is locked with ``FOR UPDATE SKIP LOCKED`` for one short transaction without any
 cloud I/O, so two workers never decide for the same pool at once.
@@ -32,7 +33,9 @@ from controlplane.autoscaler.signals import (
     ReplicaSignal,
 )
 from controlplane.config import Settings
-from controlplane.fleet import provisioning
+from controlplane.fleet import blocklist, placement_catalog, reconcile
+from controlplane.fleet.capacity import Offer
+from controlplane.fleet.placement import fits_offer
 from controlplane.models import (
     AutoscalerDecision,
     CapacityBlock,
@@ -48,7 +51,9 @@ from controlplane.models import (
 HISTORY_S = 26 * 3600  # a day for the seasonal forecast, plus the trend window
 ACTIVATION_VALID_S = 300.0  # an edge's activation request counts this long
 DECISION_RECORD_EVERY_S = 60.0  # "hold" decisions are stored at most this often per pool
-_REPLICA_STATES = {ReplicaState.starting: "starting", ReplicaState.ready: "ready", ReplicaState.draining: "draining"}
+# A placed replica its agent has not started yet is capacity on its way, like a starting one.
+_REPLICA_STATES = {ReplicaState.pending: "starting", ReplicaState.starting: "starting", ReplicaState.ready: "ready",
+                   ReplicaState.draining: "draining"}
 
 
 def _ts(t: dt.datetime | None) -> float | None:
@@ -95,6 +100,27 @@ def live_rates(replicas: Sequence[Replica]) -> tuple[float, float]:
         req += float(m.get("num_requests_per_s") or 0.0)
         tok += float(m.get("prompt_tokens_per_s") or 0.0) + float(m.get("generation_tokens_per_s") or 0.0)
     return req, tok
+
+
+def profiled_throughput(profile: Mapping[str, float], gpu_types: Sequence[str | None]) -> float | None:
+    """One replica's profiled tokens/s on the GPU types the pool runs on now (their mean), or on
+    its slowest profiled type before any replica runs: capacity is never assumed from the best."""
+    known = [float(profile[t]) for t in gpu_types if t in profile]
+    if known:
+        return sum(known) / len(known)
+    return min((float(v) for v in profile.values()), default=None)
+
+
+def replica_prices(offers: Sequence[Offer], pool: Pool) -> dict[str, float]:
+    """$/replica-hour of the cheapest launchable offer that fits the pool, per market."""
+    need = reconcile.pool_need(pool)
+    prices: dict[str, float] = {}
+    for o in offers:
+        if o.zones and fits_offer(need, o):
+            market = "spot" if o.spot else "on_demand"
+            price = o.price_per_gpu_hour * need.gpus_per_replica
+            prices[market] = min(prices.get(market, price), price)
+    return prices
 
 
 # ---------------------------------------------------------------- observation (reads)
@@ -168,13 +194,16 @@ def _tenant_gpus(session: Session, tenant_id: uuid.UUID) -> int:
     return int(n or 0)
 
 
-def observe(session: Session, pool: Pool, now: dt.datetime) -> Observed:
+def observe(session: Session, pool: Pool, now: dt.datetime, offers: Sequence[Offer] = ()) -> Observed:
     gpus = pool.variant.gpu_count
     rows = session.execute(
         select(Replica, Node)
         .join(Node, Node.id == Replica.node_id)
         .where(Replica.pool_id == pool.id, Replica.state.in_(list(_REPLICA_STATES)),
-               Node.state.in_([NodeState.booting, NodeState.ready, NodeState.draining]))
+               Node.state.in_([NodeState.pending, NodeState.provisioning, NodeState.booting, NodeState.ready,
+                               NodeState.draining]),
+               # A consolidation copy is the same replica as its original until it takes over.
+               Replica.replaces_id.is_(None) | (Replica.state == ReplicaState.ready))
     ).all()
     replicas = [replica_signal(r, n, gpus) for r, n in rows]
     nodes_by_id: dict[uuid.UUID, Node] = {n.id: n for _, n in rows}
@@ -223,6 +252,8 @@ def observe(session: Session, pool: Pool, now: dt.datetime) -> Observed:
         gpus_per_replica=gpus,
         tenant_gpu_quota=quota,
         tenant_gpus_in_use=in_use,
+        replica_tokens_per_s=profiled_throughput(pool.variant.profiled_tokens_per_s or {},
+                                                 [(n.launch_spec or {}).get("gpu_type") for _, n in rows]),
     )
     obs = PoolObservation(
         now=now.timestamp(),
@@ -234,19 +265,18 @@ def observe(session: Session, pool: Pool, now: dt.datetime) -> Observed:
         last_request_at=last_request,
         activation_requested=activation,
         spot_unavailable_until=_spot_unavailable_until(session, pool, now),
+        prices=replica_prices(offers, pool),
     )
     state = AutoscalerState.from_json(json.dumps(pool.autoscaler_state) if pool.autoscaler_state else None)
     return Observed(spec, obs, state, busy)
 
 
 # ---------------------------------------------------------------- apply (writes)
-def action_of(current: int, target: int, drains: int, moves: int) -> str:
+def action_of(current: int, target: int) -> str:
     if target > current:
         return "scale_up"
-    if target < current or drains:
+    if target < current:
         return "scale_down"
-    if moves:
-        return "consolidate"
     return "hold"
 
 
@@ -265,27 +295,19 @@ def _record(session: Session, pool: Pool, now: dt.datetime, current: int, decisi
 
 
 def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Settings,
-                   config: AutoscalerConfig | None = None) -> str:
-    seen = observe(session, pool, now)
+                   config: AutoscalerConfig | None = None, offers: Sequence[Offer] | None = None) -> str:
+    if offers is None:
+        offers = placement_catalog.offers(placement_catalog.load(session), blocklist.active_blocks(session, now), now)
+    seen = observe(session, pool, now, offers)
     decision, new_state = decide(seen.spec, seen.obs, seen.state, config)
     current = sum(1 for r in seen.obs.replicas if r.active)
-    # Nodes still booting have no replica row yet but are capacity on its way.
-    current = max(current, pool.desired_replicas) if current == 0 else current
-    drained = 0
-    for replica_id in decision.drain:
-        replica = session.get(Replica, uuid.UUID(replica_id))
-        node = session.get(Node, replica.node_id) if replica else None
-        if node is not None and node.state == NodeState.ready:
-            provisioning.begin_drain(session, node, now, settings)
-            provisioning.set_replica_states(session, [node.id], ReplicaState.draining)
-            drained += 1
     pool.desired_replicas = decision.target_replicas
     if seen.busy:
         pool.last_request_at = now
     pool.autoscaler_state = json.loads(new_state.to_json())
     if decision.target_replicas > 0 and pool.activation_requested_at is not None and seen.obs.activation_requested:
         pool.activation_requested_at = None  # served: the pool is coming up
-    action = action_of(current, decision.target_replicas, drained, len(decision.consolidate))
+    action = action_of(current, decision.target_replicas)
     _record(session, pool, now, current, decision, action)
     return action
 
@@ -306,6 +328,7 @@ def autoscale_tick(session: Session, settings: Settings, now: dt.datetime,
         select(Pool).where(Pool.paused.is_(False)).order_by(Pool.id).with_for_update(skip_locked=True, of=Pool)
     ).all()
     counts: dict[str, int] = defaultdict(int)
+    offers = placement_catalog.offers(placement_catalog.load(session), blocklist.active_blocks(session, now), now)
     for pool in pools:
-        counts[autoscale_pool(session, pool, now, settings, config)] += 1
+        counts[autoscale_pool(session, pool, now, settings, config, offers)] += 1
     return dict(counts)

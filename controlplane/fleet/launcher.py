@@ -44,8 +44,6 @@ from controlplane.fleet.provisioning import (
     retry_operation,
 )
 from controlplane.models import (
-    Model,
-    ModelVariant,
     Node,
     NodeState,
     Operation,
@@ -77,10 +75,10 @@ class LaunchJob:
     lease: uuid.UUID
     attempt: int
     node_id: uuid.UUID
-    pool_id: uuid.UUID
-    placement: list[dict[str, Any]]
-    market_policy: str
-    variant: node_bootstrap.VariantSpec
+    pool_id: uuid.UUID | None  # the pool whose placement asked for this node (capacity status)
+    placement: list[dict[str, Any]]  # the planned cloud/region and zones to walk, from the launch spec
+    market_policy: str  # "spot" or "on_demand": the fleet tick chose the market
+    instance_type: str | None  # the planned shape; None only for a pre-0004 launch spec
     needs: VariantNeeds
     catalog: Catalog
     blocks: list[BlockEntry]
@@ -130,7 +128,7 @@ def _claim(session: Session, settings: Settings, op_id: uuid.UUID, now: dt.datet
     # Lock order everywhere: operation, then pool, then node.
     pool = session.scalar(select(Pool).where(Pool.id == op.pool_id).with_for_update(of=Pool)) if op.pool_id else None
     node = session.scalar(select(Node).where(Node.id == op.node_id).with_for_update()) if op.node_id else None
-    if pool is None or node is None or node.state not in WANTS_LAUNCH:
+    if node is None or node.state not in WANTS_LAUNCH:
         finish_operation(op, OperationState.failed, now, "cancelled: the node is gone or no longer wanted")
         return "cancelled"
     if node.instance_id is not None:
@@ -147,30 +145,22 @@ def _claim(session: Session, settings: Settings, op_id: uuid.UUID, now: dt.datet
     op.attempts += 1
     if node.state == S.pending:
         transition(session, node, S.provisioning, reason="launch claimed")
-    variant = session.scalar(select(ModelVariant).where(ModelVariant.id == pool.variant_id))
-    model_name = session.scalar(select(Model.name).where(Model.id == variant.model_id))
-    spec = node_bootstrap.VariantSpec(
-        id=variant.id,
-        model_name=model_name,
-        tier=variant.tier,
-        model_path=variant.model_path,
-        quantization=variant.quantization,
-        gpu_count=variant.gpu_count,
-        engine_args=dict(variant.engine_args or {}),
-    )
+    spec = dict(node.launch_spec or {})
     return LaunchJob(
         op_id=op.id,
         lease=lease,
         attempt=op.attempts,
         node_id=node.id,
-        pool_id=pool.id,
-        placement=list(pool.placement or []),
-        market_policy=pool.spot_policy.value if node.spot else "on_demand",
-        variant=spec,
-        needs=placement_catalog.needs(variant),
+        pool_id=pool.id if pool is not None else None,
+        placement=[{"cloud": spec.get("cloud"), "region": spec.get("region"), "zones": list(spec.get("zones") or [])}]
+        if spec.get("cloud") else [],
+        market_policy="spot" if spec.get("spot", node.spot) else "on_demand",
+        instance_type=spec.get("instance_type"),
+        needs=VariantNeeds(gpu_count=max(1, int(spec.get("gpu_count") or 1)), gpu_memory_gb=0.0,
+                           gpu_types=(spec["gpu_type"],) if spec.get("gpu_type") else ()),
         catalog=placement_catalog.load(session),
         blocks=blocklist.active_blocks(session, now),
-        avoid_zones=recently_preempted_zones(session, pool.id, now, settings),
+        avoid_zones=recently_preempted_zones(session, spec, now, settings),
         agent_seen=node.state in (S.booting, S.ready),
         failures=Counter(_candidate_key(h) for h in op.history or [] if h.get("ok") is False and "zone" in h),
     )
@@ -192,14 +182,18 @@ def idempotency_token(job: LaunchJob, c: Candidate) -> str:
 
 
 def recently_preempted_zones(
-    session: Session, pool_id: uuid.UUID, now: dt.datetime, settings: Settings
+    session: Session, spec: Mapping[str, Any], now: dt.datetime, settings: Settings
 ) -> tuple[str, ...]:
-    """Zones where this pool lost spot nodes lately: a replacement tries elsewhere first."""
+    """Zones where spot nodes of this shape were preempted lately: a replacement tries elsewhere first."""
+    if not spec.get("spot") or not spec.get("cloud"):
+        return ()
     since = now - dt.timedelta(seconds=settings.preemption_memory_s)
     zones = session.scalars(
         select(Node.zone)
         .where(
-            Node.pool_id == pool_id,
+            Node.cloud == spec["cloud"],
+            Node.region == spec.get("region"),
+            Node.instance_type == spec.get("instance_type"),
             Node.spot.is_(True),
             Node.error.like(f"{PREEMPTED}%"),
             Node.updated_at >= since,
@@ -226,7 +220,7 @@ def _walk(
             return Outcome(instance=adopted, history=[entry])
         if job.agent_seen:
             return _failed(job, now, "the node's agent registered but its VM is not listed yet")
-        ordered = candidates(
+        ordered = [c for c in candidates(
             job.catalog,
             placement_catalog.preferences(job.placement),
             job.needs,
@@ -234,7 +228,7 @@ def _walk(
             job.blocks,
             now,
             avoid_zones=job.avoid_zones,
-        )
+        ) if job.instance_type is None or c.instance_type == job.instance_type]
         if not ordered:
             return _nothing_to_try(job, now)
         token, token_sha = new_token()
@@ -252,10 +246,10 @@ def _walk(
                 spot=c.spot,
                 template_id=c.template_id,
                 user_data=node_bootstrap.user_data(
-                    settings, node_id=job.node_id, pool_id=job.pool_id, variant=job.variant, candidate=c,
-                    catalog=job.catalog, bootstrap_token=token, token_expires_at=expires, now=clock(),
+                    settings, node_id=job.node_id, candidate=c, catalog=job.catalog, bootstrap_token=token,
+                    token_expires_at=expires, now=clock(),
                 ),
-                tags=ownership_tags(cluster, str(job.node_id), str(job.pool_id)),
+                tags=ownership_tags(cluster, str(job.node_id)),
                 idempotency_token=idempotency_token(job, c),
                 subnet=c.subnet,
             )
@@ -318,7 +312,7 @@ def _apply(session: Session, settings: Settings, job: LaunchJob, outcome: Outcom
     if op is None:
         # Another worker owns it now; it will adopt any VM we made (find_launched).
         return "lease lost"
-    pool = session.scalar(select(Pool).where(Pool.id == job.pool_id).with_for_update(of=Pool))
+    pool = session.scalar(select(Pool).where(Pool.id == job.pool_id).with_for_update(of=Pool)) if job.pool_id else None
     node = session.scalar(select(Node).where(Node.id == job.node_id).with_for_update())
     append_history(op, outcome.history)
     if outcome.instance is not None:

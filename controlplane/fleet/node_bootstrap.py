@@ -2,35 +2,19 @@
 
 The only credential is a one-time bootstrap token (its sha256 is stored on the node row,
 the token itself only travels in the user data); everything else is plain
-configuration: where the control plane is, which variant to serve with which engine
-arguments, and where the artifact cache lives.
+configuration: where the control plane is, which cloud, region and zone the node is in, and
+where the artifact cache lives. Which replicas to run comes later, over the agent API.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 from controlplane.config import Settings
 from infra.bootstrap import AgentConfig, render_user_data
 from infra.catalog import Catalog
 from infra.placement import Candidate
-
-
-@dataclass(frozen=True)
-class VariantSpec:
-    """The parts of a model variant a node needs, detached from the ORM session."""
-
-    id: uuid.UUID
-    model_name: str
-    tier: str
-    model_path: str
-    quantization: str | None
-    gpu_count: int
-    engine_args: Mapping[str, Any]
 
 
 def artifact_source(catalog: Catalog, cloud: str, region: str) -> str | None:
@@ -42,8 +26,6 @@ def user_data(
     settings: Settings,
     *,
     node_id: uuid.UUID,
-    pool_id: uuid.UUID,
-    variant: VariantSpec,
     candidate: Candidate,
     catalog: Catalog,
     bootstrap_token: str,
@@ -55,18 +37,18 @@ def user_data(
         node_id=str(node_id),
         bootstrap_token=bootstrap_token,
         bootstrap_token_expires_at=token_expires_at,
-        variant=str(variant.id),
-        # The agent builds the engine command line itself (dataplane/agent/template.py) from the
-        # assignment it fetches after registering, over the authenticated channel: variant flags,
-        # which may include credentials, never travel in user data. "auto" = SGLang on GPUs.
+        # A node hosts replicas of any pool: the agent learns which (and builds each engine's
+        # command line itself, dataplane/agent/template.py) from the replica list it fetches after
+        # registering, over the authenticated channel. Variant flags, which may include
+        # credentials, never travel in user data. "auto" = SGLang on GPUs.
+        variant="",
         engine="auto",
         engine_args=(),
         cluster=settings.cluster_name,
-        pool_id=str(pool_id),
         cloud=candidate.cloud,
         region=candidate.region,
         zone=candidate.zone,
         artifact_source=artifact_source(catalog, candidate.cloud, candidate.region),
-        labels={"model": variant.model_name, "tier": variant.tier},
+        labels={"instance_type": candidate.instance_type, "market": "spot" if candidate.spot else "on_demand"},
     )
     return render_user_data(config, cloud=candidate.cloud, now=now)

@@ -7,10 +7,11 @@ a terminated node or skip draining.
 
 from __future__ import annotations
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from controlplane.db.types import utcnow
-from controlplane.models import AuditEvent, Node, NodeState
+from controlplane.models import AuditEvent, Node, NodeState, Replica, ReplicaDesiredState, ReplicaState
 
 S = NodeState
 ALLOWED: dict[NodeState, frozenset[NodeState]] = {
@@ -25,6 +26,9 @@ ALLOWED: dict[NodeState, frozenset[NodeState]] = {
     S.failed: frozenset({S.terminating, S.terminated}),
 }
 LIVE_STATES = frozenset({S.pending, S.provisioning, S.booting, S.ready, S.draining})
+# A node leaving the fleet takes its engines with it: its replicas stop being wanted or routed.
+_ENDS_REPLICAS = {S.terminating: ReplicaState.stopped, S.terminated: ReplicaState.stopped,
+                  S.failed: ReplicaState.failed}
 
 
 class IllegalTransition(Exception):
@@ -51,6 +55,13 @@ def transition(session: Session, node: Node, to: NodeState, *, reason: str = "",
     node.state_times = {**(node.state_times or {}), to.value: now.isoformat()}
     if error is not None:
         node.error = error[:2000]
+    if (ended := _ENDS_REPLICAS.get(to)) is not None:
+        session.execute(
+            update(Replica)
+            .where(Replica.node_id == node.id, Replica.state.not_in([ReplicaState.stopped, ReplicaState.failed]))
+            .values(state=ended, desired_state=ReplicaDesiredState.stopped)
+            .execution_options(synchronize_session="fetch")
+        )
     session.add(
         AuditEvent(
             actor=actor,

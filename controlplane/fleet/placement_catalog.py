@@ -6,15 +6,17 @@ Also turns a pool's placement list (``{cloud, region, zones?}``) into infra's
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from controlplane.fleet.capacity import Offer, PlacementPref
 from controlplane.models import Cloud, ModelVariant, Region
 from infra import catalog as ic
-from infra.placement import PlacementPreference, VariantNeeds
+from infra.placement import BlockEntry, Candidate, PlacementPreference, VariantNeeds
 
 
 def load(session: Session) -> ic.Catalog:
@@ -98,3 +100,29 @@ def gpus_of(catalog: ic.Catalog, cloud: str, region: str, instance_type: str) ->
                 if t.name == instance_type:
                     return t.gpu_count
     return 0
+
+
+def offers(catalog: ic.Catalog, blocks: Iterable[BlockEntry], now: dt.datetime) -> list[Offer]:
+    """Every (cloud, region, instance type, market) with a price, and the zones it may launch in
+    now: a zone that an active block covers for that type and market is left out."""
+    active = [b for b in blocks if b.active(now)]
+    found: list[Offer] = []
+    for cloud in catalog.clouds:
+        for region in cloud.regions:
+            for it in region.instance_types:
+                for spot, price in ((False, it.on_demand_price), (True, it.spot_price)):
+                    if price is None:
+                        continue
+                    zones = tuple(
+                        z.name for z in region.zones
+                        if it.offered_in(z.name) and not any(
+                            b.covers(Candidate(cloud.name, region.name, z.name, it.name, spot, price,
+                                               region.template.id, z.subnet)) for b in active)
+                    )
+                    found.append(Offer(cloud.name, region.name, it.name, it.gpu_type, it.gpu_count,
+                                       it.gpu_memory_gb, spot, price, zones))
+    return found
+
+
+def placement_prefs(placement: Iterable[Mapping[str, Any]]) -> tuple[PlacementPref, ...]:
+    return tuple(PlacementPref(p["cloud"], p.get("region"), tuple(p.get("zones") or ())) for p in placement)

@@ -19,7 +19,6 @@ from sqlalchemy import select
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
-from controlplane.fleet import placement_catalog
 from controlplane.fleet.clouds import Providers
 from controlplane.fleet.leases import held, stamp
 from controlplane.fleet.nodes import transition
@@ -29,9 +28,8 @@ from controlplane.fleet.provisioning import (
     finish_operation,
     launch_key,
     retry_operation,
-    set_replica_states,
 )
-from controlplane.models import Node, NodeState, Operation, OperationKind, OperationState, Pool, ReplicaState
+from controlplane.models import Node, NodeState, Operation, OperationKind, OperationState
 from infra.errors import ProviderError
 from infra.provider import MANAGED_BY, MANAGED_BY_VALUE, TAG_CLUSTER, TAG_NODE_ID, InstanceState
 
@@ -98,9 +96,9 @@ def _claim(session, settings: Settings, op_id: uuid.UUID, now: dt.datetime) -> T
     lease = stamp([op], now, settings.lease_seconds)
     op.state = OperationState.running
     op.attempts += 1
-    pool = session.get(Pool, node.pool_id)
-    catalog = placement_catalog.load(session)
-    places = placement_catalog.regions_of(catalog, pool.placement if pool else [])
+    # Where the node's VM can be: where it was recorded, else where its launch was to go.
+    spec = node.launch_spec or {}
+    places = [(spec["cloud"], spec["region"])] if spec.get("cloud") and spec.get("region") else []
     if node.cloud and node.region and (node.cloud, node.region) not in places:
         places.append((node.cloud, node.region))
     known = (node.cloud, node.region, node.instance_id) if node.instance_id and node.cloud and node.region else None
@@ -139,8 +137,7 @@ def _apply(session, settings: Settings, job: TerminateJob, gone: bool, entry: di
         return "retry"
     node = session.scalar(select(Node).where(Node.id == job.node_id).with_for_update())
     if node is not None and node.state in (S.terminating, S.failed):
-        transition(session, node, S.terminated, reason="instances gone")
-        set_replica_states(session, [node.id], ReplicaState.stopped)
+        transition(session, node, S.terminated, reason="instances gone")  # its replicas stop with it
     finish_operation(op, OperationState.succeeded, now)
     return "terminated"
 

@@ -109,6 +109,9 @@ class ModelVariant(UUIDPrimaryKey, Timestamps, Base):
     gpu_types: Mapped[list[str] | None] = mapped_column(JSONType)  # allowed GPU types; NULL = any
     context_length: Mapped[int] = mapped_column(Integer)
     size_gb: Mapped[float | None] = mapped_column(Float)  # weights on disk, for cold-start estimates
+    # Profiled decode throughput of one replica per GPU type, tokens/s ({"h100": 9100.0, …}): what
+    # placement compares GPU types by (tokens/s per dollar) and the autoscaler sizes replicas with.
+    profiled_tokens_per_s: Mapped[dict] = mapped_column(JSONType, default=dict)
 
     model: Mapped[Model] = relationship(back_populates="variants")
 

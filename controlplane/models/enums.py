@@ -40,11 +40,19 @@ class NodeState(enum.StrEnum):
 
 
 class ReplicaState(enum.StrEnum):
+    pending = "pending"  # placed by the control plane; its agent has not started it yet
     starting = "starting"
     ready = "ready"
     draining = "draining"
     stopped = "stopped"
     failed = "failed"
+
+
+class ReplicaDesiredState(enum.StrEnum):
+    """What the control plane wants of a replica; ``state`` is what its agent last reported."""
+
+    running = "running"
+    stopped = "stopped"  # drain it, then stop its engine; its GPUs stay held until it is stopped
 
 
 class OperationKind(enum.StrEnum):

@@ -11,7 +11,14 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from controlplane.db.base import Base, Timestamps, UUIDPrimaryKey
 from controlplane.db.types import JSONType, UTCDateTime
 from controlplane.models.catalog import ModelVariant
-from controlplane.models.enums import NodeState, PoolKind, ReplicaState, SpotPolicy, db_enum
+from controlplane.models.enums import (
+    NodeState,
+    PoolKind,
+    ReplicaDesiredState,
+    ReplicaState,
+    SpotPolicy,
+    db_enum,
+)
 
 
 class Leased:
@@ -59,11 +66,25 @@ class Pool(UUIDPrimaryKey, Timestamps, Leased, Base):
 
 
 class Node(UUIDPrimaryKey, Timestamps, Leased, Base):
-    """A VM with GPUs. Its state changes only through services.nodes.transition()."""
+    """A VM with ``gpus_total`` GPU slots. Its state changes only through fleet.nodes.transition().
+
+    A node belongs to a node group (cloud, region, zone, instance type, market, and a tenant for
+    dedicated capacity), not to a pool: it hosts replicas of every pool placement allows there.
+    """
 
     __tablename__ = "nodes"
 
-    pool_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("pools.id", ondelete="CASCADE"))
+    # Dedicated capacity: only that tenant's dedicated pools are placed here. No foreign key on
+    # purpose: deleting the tenant must not delete the row of a VM that still runs (it empties,
+    # and the fleet loop terminates it).
+    dedicated_tenant_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, index=True)
+    # What placement decided to launch: {"cloud", "region", "instance_type", "gpu_type", "gpu_count",
+    # "spot", "zones": [best first], "price_per_hour"}. The launcher walks exactly this.
+    launch_spec: Mapped[dict] = mapped_column(JSONType, default=dict)
+    # Since when the node has held no replica (released after a TTL) / used under the consolidation
+    # threshold (a consolidation candidate after its settle period). NULL otherwise.
+    empty_since: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    underused_since: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     state: Mapped[NodeState] = mapped_column(db_enum(NodeState), default=NodeState.pending)
     cloud: Mapped[str | None] = mapped_column(String(16))
     region: Mapped[str | None] = mapped_column(String(64))
@@ -86,26 +107,38 @@ class Node(UUIDPrimaryKey, Timestamps, Leased, Base):
     error: Mapped[str | None] = mapped_column(String(2000))
     drain_deadline_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
 
-    pool: Mapped[Pool] = relationship()
     replicas: Mapped[list[Replica]] = relationship(back_populates="node", cascade="all, delete-orphan")
 
     __table_args__ = (
-        Index("ix_nodes_pool_id_state", "pool_id", "state"),
         Index("ix_nodes_state_lock_expires_at", "state", "lock_expires_at"),
     )
 
 
 class Replica(UUIDPrimaryKey, Timestamps, Base):
-    """One engine process serving one variant on some of a node's GPUs."""
+    """One engine process serving one pool's variant on ``gpu_ids`` of one node.
+
+    Rows are written by placement (``desired_state`` running, ``state`` pending) before the agent
+    hears of them; the agent starts the engine and reports ``state``. A replica's GPUs are held
+    until it is reported stopped or failed, whatever its desired state.
+    """
 
     __tablename__ = "replicas"
 
     node_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("nodes.id", ondelete="CASCADE"))
     pool_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("pools.id", ondelete="CASCADE"))
     variant_id: Mapped[uuid.UUID] = mapped_column(Uuid, ForeignKey("model_variants.id", ondelete="RESTRICT"))
-    state: Mapped[ReplicaState] = mapped_column(db_enum(ReplicaState), default=ReplicaState.starting)
+    state: Mapped[ReplicaState] = mapped_column(db_enum(ReplicaState), default=ReplicaState.pending)
+    desired_state: Mapped[ReplicaDesiredState] = mapped_column(
+        db_enum(ReplicaDesiredState), default=ReplicaDesiredState.running
+    )
     url: Mapped[str | None] = mapped_column(String(500))
     gpu_ids: Mapped[list[int]] = mapped_column(JSONType, default=list)
+    port: Mapped[int | None] = mapped_column(Integer)
+    # Consolidation: this replica is the make-before-break copy of that one, which drains only once
+    # this one is ready. No foreign key: the original's row may go first.
+    replaces_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    # When a replica told to stop is given up on if its agent never reports it stopped.
+    drain_deadline_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     max_running_requests: Mapped[int | None] = mapped_column(Integer)
     max_total_tokens: Mapped[int | None] = mapped_column(Integer)

@@ -72,8 +72,8 @@ class PoolOut(msgspec.Struct):
 
 class NodeOut(msgspec.Struct):
     id: uuid.UUID
-    pool_id: uuid.UUID
     state: str
+    dedicated_tenant_id: uuid.UUID | None
     cloud: str | None
     region: str | None
     zone: str | None
@@ -87,6 +87,7 @@ class NodeOut(msgspec.Struct):
     metrics: dict[str, Any]
     error: str | None
     created_at: dt.datetime
+    launch_spec: dict[str, Any] = {}
 
 
 class ReplicaOut(msgspec.Struct):
@@ -104,6 +105,9 @@ class ReplicaOut(msgspec.Struct):
     ready_breakdown: dict[str, Any]
     last_heartbeat_at: dt.datetime | None
     metrics: dict[str, Any]
+    desired_state: str = "running"
+    port: int | None = None
+    replaces_id: uuid.UUID | None = None  # a consolidation move's copy of that replica
 
 
 class OperationOut(msgspec.Struct):

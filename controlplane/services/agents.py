@@ -22,13 +22,22 @@ from sqlalchemy.orm import Session
 
 from controlplane.db.types import utcnow
 from controlplane.fleet.nodes import transition
-from controlplane.models import Node, NodeState, Pool, Region, Replica, ReplicaState
+from controlplane.models import (
+    Model,
+    ModelVariant,
+    Node,
+    NodeState,
+    Region,
+    Replica,
+    ReplicaDesiredState,
+    ReplicaState,
+)
 from controlplane.models.catalog import Cloud
 from controlplane.services.edge_snapshot import served_model_name
 from controlplane.services.errors import Conflict, NotFound, Unauthorized
 from controlplane.services.secrets import new_token, sha256_hex
 
-ReplicaStateName = Literal["starting", "ready", "draining", "stopped", "failed"]
+ReplicaStateName = Literal["pending", "starting", "ready", "draining", "stopped", "failed"]
 _REFUSED = "bootstrap token or node credential is invalid, expired or already used"
 # Nodes whose agent may still talk to us; a terminated node's credential is dead.
 _AGENT_STATES = frozenset({NodeState.pending, NodeState.provisioning, NodeState.booting, NodeState.ready,
@@ -107,7 +116,7 @@ def register(session: Session, body: RegisterRequest) -> tuple[str, dict]:
     node.bootstrap_expires_at = None
     node.credential_sha256 = digest
     _adopt(session, node, body, now)
-    return credential, answer_for(session, node)
+    return credential, answer_for(session, node, now)
 
 
 def authenticate(session: Session, credential: str | None) -> Node:
@@ -121,10 +130,12 @@ def resume(session: Session, node: Node, facts: AgentFacts) -> dict:
     """A restarted agent: its old engines died with it, so their replicas are stopped."""
     now = utcnow()
     for replica in _replicas(session, node):
+        # Its engine died with the old agent; a replica still wanted starts again from the list.
         if replica.state not in (ReplicaState.stopped, ReplicaState.failed):
-            replica.state = ReplicaState.stopped
+            replica.state = (ReplicaState.pending if replica.desired_state == ReplicaDesiredState.running
+                             else ReplicaState.stopped)
     _adopt(session, node, facts, now)
-    return answer_for(session, node)
+    return answer_for(session, node, now)
 
 
 def _adopt(session: Session, node: Node, facts: AgentFacts, now: dt.datetime) -> None:
@@ -138,36 +149,60 @@ def _adopt(session: Session, node: Node, facts: AgentFacts, now: dt.datetime) ->
         transition(session, node, NodeState.booting, reason="agent registered")
 
 
-def answer_for(session: Session, node: Node) -> dict:
-    """What the node should run: the ``assignment`` object of the register/resume answers."""
-    pool = session.get(Pool, node.pool_id)
-    variant = pool.variant
-    per_replica = max(1, variant.gpu_count)
-    replicas = max(1, node.gpus_total // per_replica) if node.gpus_total else 1
-    artifact_source = None
-    if node.cloud and node.region:
-        artifact_source = session.scalar(
-            select(Region.artifact_bucket).join(Cloud).where(Cloud.name == node.cloud, Region.name == node.region)
-        )
+def answer_for(session: Session, node: Node, now: dt.datetime | None = None) -> dict:
+    """What the node should run: the register/resume answer (the heartbeat answer adds commands)."""
     return {
         "node_id": str(node.id),
         "node_state": node.state.value,
         "heartbeat_interval_s": None,  # the agent's own default
-        "assignment": {
-            "pool_id": str(pool.id),
+        "commands": commands_for(node, now or utcnow()),
+        "replicas": replica_list(session, node, now or utcnow()),
+    }
+
+
+def replica_list(session: Session, node: Node, now: dt.datetime) -> list[dict]:
+    """The replicas this node must run or stop, with everything the agent needs to start one.
+
+    Listed: every replica placed here that is wanted, and every one told to stop that has not
+    been reported stopped yet. A replica the agent runs but no longer finds here is stopped by it.
+    """
+    rows = session.execute(
+        select(Replica, ModelVariant, Model.name)
+        .join(ModelVariant, ModelVariant.id == Replica.variant_id)
+        .join(Model, Model.id == ModelVariant.model_id)
+        .where(Replica.node_id == node.id,
+               (Replica.desired_state == ReplicaDesiredState.running)
+               | Replica.state.not_in([ReplicaState.stopped, ReplicaState.failed]))
+        .order_by(Replica.created_at, Replica.id)
+    ).all()
+    artifact_source = None
+    if rows and node.cloud and node.region:
+        artifact_source = session.scalar(
+            select(Region.artifact_bucket).join(Cloud).where(Cloud.name == node.cloud, Region.name == node.region)
+        )
+    out = []
+    for replica, variant, model_name in rows:
+        running = replica.desired_state == ReplicaDesiredState.running and replica.state != ReplicaState.failed
+        deadline = replica.drain_deadline_at
+        out.append({
+            "id": str(replica.id),
+            "pool_id": str(replica.pool_id),
             "variant_id": str(variant.id),
-            "model": variant.model.name,
+            "model": model_name,
             "tier": variant.tier,
-            "served_model_name": served_model_name(variant.model.name, variant.tier),
+            "served_model_name": served_model_name(model_name, variant.tier),
             "model_path": variant.model_path,
             "quantization": variant.quantization,
             "context_length": variant.context_length,
             "engine_args": dict(variant.engine_args or {}),
-            "gpus_per_replica": per_replica,
-            "replicas": replicas,
+            "gpu_ids": list(replica.gpu_ids or ()),
+            "port": replica.port,
+            "desired_state": "running" if running else "stopped",
+            "drain_deadline_s": max(0.0, (deadline - now).total_seconds()) if deadline and not running
+            else DEFAULT_DRAIN_S,
             "artifact_source": artifact_source,
-        },
-    }
+        })
+    return out
 
 
 # ------------------------------------------------------------------ replicas and heartbeats
@@ -176,24 +211,36 @@ def _replicas(session: Session, node: Node) -> list[Replica]:
 
 
 def report_replicas(session: Session, node: Node, reports: list[ReplicaReport], *, with_metrics: bool) -> int:
-    """Upsert the node's replicas from the agent's reports. Returns how many were applied."""
+    """Apply the agent's reports to the node's replica rows. Returns how many were applied.
+
+    Rows are made by placement, never by a report: a report of an id that is not placed on this
+    node is ignored (the agent stops that engine, since its list no longer names it)."""
     now = utcnow()
-    pool = session.get(Pool, node.pool_id)
     not_serving = node.state not in (NodeState.booting, NodeState.ready, NodeState.provisioning)
+    ids = [rep.id for rep in reports]
+    rows = {r.id: r for r in session.scalars(select(Replica).where(Replica.id.in_(ids)))} if ids else {}
     applied = 0
     for rep in reports:
-        replica = session.get(Replica, rep.id)
+        replica = rows.get(rep.id)
         if replica is None:
-            replica = Replica(id=rep.id, node_id=node.id, pool_id=node.pool_id, variant_id=pool.variant_id)
-            session.add(replica)
-        elif replica.node_id != node.id:
+            continue
+        if replica.node_id != node.id:
             raise Conflict("replica id belongs to another node")  # a credential only writes its own node
         state = ReplicaState(rep.state)
-        if state == ReplicaState.ready and not_serving:
+        if replica.state in (ReplicaState.stopped, ReplicaState.failed) and state not in (
+                ReplicaState.stopped, ReplicaState.failed):
+            # Written off (its drain deadline passed, its node left the fleet): its GPUs may be
+            # handed out again, so a late report cannot bring it back.
+            continue
+        stopping = replica.desired_state == ReplicaDesiredState.stopped
+        if state == ReplicaState.ready and (not_serving or stopping):
             state = ReplicaState.draining  # the control plane, not a lagging agent, decides about traffic
+        if state == ReplicaState.starting and stopping:
+            state = ReplicaState.draining
         replica.state = state
         replica.url = rep.url
-        replica.gpu_ids = list(rep.gpu_ids)
+        if rep.gpu_ids:
+            replica.gpu_ids = list(rep.gpu_ids)
         replica.restarts = max(rep.restarts, 0)
         replica.started_at = rep.started_at
         replica.ready_at = rep.ready_at
@@ -204,7 +251,8 @@ def report_replicas(session: Session, node: Node, reports: list[ReplicaReport], 
         replica.max_total_tokens = rep.max_total_tokens
         replica.last_heartbeat_at = now
         if rep.metrics or with_metrics:
-            replica.metrics = dict(list(rep.metrics.items())[:MAX_METRICS_KEYS])
+            kept = {k: v for k, v in (replica.metrics or {}).items() if k == "stop_reason"}
+            replica.metrics = {**dict(list(rep.metrics.items())[:MAX_METRICS_KEYS]), **kept}
         applied += 1
     session.flush()
     _follow_replicas(session, node, reports)
@@ -248,7 +296,7 @@ def heartbeat(session: Session, node: Node, body: HeartbeatRequest) -> dict:
         transition(session, node, NodeState.draining, reason="agent is draining (SIGTERM)", actor=f"node:{node.id}")
     if body.replicas:
         report_replicas(session, node, body.replicas, with_metrics=True)
-    return {"commands": commands_for(node, now), "heartbeat_interval_s": None}
+    return answer_for(session, node, now)
 
 
 def commands_for(node: Node, now: dt.datetime) -> list[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.models import (
@@ -24,10 +24,10 @@ from controlplane.services.pagination import paginate
 
 def node_out(n: Node) -> NodeOut:
     return NodeOut(
-        id=n.id, pool_id=n.pool_id, state=n.state.value, cloud=n.cloud, region=n.region, zone=n.zone,
+        id=n.id, state=n.state.value, dedicated_tenant_id=n.dedicated_tenant_id, cloud=n.cloud, region=n.region, zone=n.zone,
         instance_type=n.instance_type, spot=n.spot, gpus_total=n.gpus_total, instance_id=n.instance_id,
         private_ip=n.private_ip, last_heartbeat_at=n.last_heartbeat_at, state_times=dict(n.state_times or {}),
-        metrics=dict(n.metrics or {}), error=n.error, created_at=n.created_at,
+        metrics=dict(n.metrics or {}), error=n.error, created_at=n.created_at, launch_spec=dict(n.launch_spec or {}),
     )
 
 
@@ -36,7 +36,8 @@ def replica_out(r: Replica) -> ReplicaOut:
         id=r.id, node_id=r.node_id, pool_id=r.pool_id, variant_id=r.variant_id, state=r.state.value, url=r.url,
         gpu_ids=list(r.gpu_ids or []), restarts=r.restarts, started_at=r.started_at, ready_at=r.ready_at,
         model_ready_seconds=r.model_ready_seconds, ready_breakdown=dict(r.ready_breakdown or {}),
-        last_heartbeat_at=r.last_heartbeat_at, metrics=dict(r.metrics or {}),
+        last_heartbeat_at=r.last_heartbeat_at, metrics=dict(r.metrics or {}), desired_state=r.desired_state.value,
+        port=r.port, replaces_id=r.replaces_id,
     )
 
 
@@ -65,8 +66,8 @@ def audit_out(a: AuditEvent) -> AuditOut:
 
 async def list_nodes(session: AsyncSession, *, pool_id, state: str | None, limit: int, offset: int):
     stmt = select(Node).order_by(Node.created_at.desc(), Node.id)
-    if pool_id:
-        stmt = stmt.where(Node.pool_id == pool_id)
+    if pool_id:  # nodes that host (or hosted) a replica of the pool: nodes are shared
+        stmt = stmt.where(exists().where(Replica.node_id == Node.id, Replica.pool_id == pool_id))
     if state:
         stmt = stmt.where(Node.state == NodeState(state))
     return await paginate(session, stmt, limit, offset)

@@ -198,17 +198,19 @@ async def update(session: AsyncSession, principal: Principal, pool_id: uuid.UUID
 
 
 async def delete(session: AsyncSession, principal: Principal, pool_id: uuid.UUID) -> None:
-    """Deleting a pool with live nodes would leak VMs: scale it to zero first."""
-    from controlplane.models import Node, NodeState
+    """Deleting a pool whose engines still run would orphan them: scale it to zero first.
+
+    (Nodes are shared and belong to no pool: an emptied node is released by the fleet loop.)"""
+    from controlplane.models import ReplicaState
 
     pool = await get(session, pool_id)
     live = await session.scalar(
-        select(func.count()).select_from(Node).where(
-            Node.pool_id == pool.id, Node.state.not_in([NodeState.terminated, NodeState.failed])
+        select(func.count()).select_from(Replica).where(
+            Replica.pool_id == pool.id, Replica.state.not_in([ReplicaState.stopped, ReplicaState.failed])
         )
     )
     if live:
-        raise Conflict(f"pool still has {live} live node(s); set max_replicas to 0 and wait for them to terminate")
+        raise Conflict(f"pool still has {live} live replica(s); set max_replicas to 0 and wait for them to stop")
     before = audit.snapshot(pool)
     await session.delete(pool)
     await session.flush()

@@ -1,4 +1,4 @@
-"""Autoscaler tick: decide for every pool, then reconcile turns desired state into nodes."""
+"""Autoscaler tick: decide every pool's replica count; the fleet tick places the replicas."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
 from controlplane.fleet import launcher, provisioning, sweeper, terminator
+from controlplane.fleet import reconcile as fleet_reconcile
 from controlplane.models import OperationKind
 from controlplane.tasks import runtime
 from controlplane.tasks.app import app
@@ -34,10 +35,12 @@ def _fan_out(operations: Iterable[tuple[uuid.UUID, OperationKind]]) -> int:
 def reconcile() -> dict[str, int]:
     settings = runtime.settings()
     with session_scope(settings) as session:
-        result = provisioning.reconcile_tick(session, settings, utcnow())
+        result = fleet_reconcile.fleet_tick(session, settings, utcnow())
     # After commit: the operations must exist before a worker looks for them.
     sent = _fan_out(result.operations)
-    return {"pools": result.pools, "launched": result.launched, "removed": result.removed, "sent": sent}
+    return {"skipped": int(result.skipped), "pools": result.pools, "placed": result.placed,
+            "launched": result.launched, "stopped": result.stopped, "terminated": result.terminated,
+            "moves": result.moves, "sent": sent}
 
 
 @app.task(name="nimbus.dispatch_operations")

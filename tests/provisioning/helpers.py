@@ -11,15 +11,15 @@ from sqlalchemy import select
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
-from controlplane.fleet import launcher, provisioning, terminator
-from controlplane.models import Node, NodeState, Operation, OperationKind, Pool
+from controlplane.fleet import launcher, provisioning, reconcile, terminator
+from controlplane.models import Node, NodeState, Operation, OperationKind, Pool, Replica
 
 EXECUTORS = {OperationKind.launch: launcher.execute, OperationKind.terminate: terminator.execute}
 
 
-def tick(settings: Settings) -> provisioning.TickResult:
+def tick(settings: Settings) -> reconcile.TickResult:
     with session_scope(settings) as s:
-        return provisioning.reconcile_tick(s, settings, utcnow())
+        return reconcile.fleet_tick(s, settings, utcnow())
 
 
 def run_due(settings: Settings, providers) -> list[str]:
@@ -56,9 +56,12 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: f
     raise AssertionError(f"condition not met within {timeout} s")
 
 
-def nodes(settings: Settings, pool_id: str | uuid.UUID, *states: NodeState) -> list[Node]:
+def nodes(settings: Settings, pool_id: str | uuid.UUID | None, *states: NodeState) -> list[Node]:
+    """Nodes hosting (or that hosted) a replica of the pool; every node for ``None``."""
     with session_scope(settings) as s:
-        stmt = select(Node).where(Node.pool_id == uuid.UUID(str(pool_id))).order_by(Node.created_at)
+        stmt = select(Node).order_by(Node.created_at)
+        if pool_id is not None:
+            stmt = stmt.where(Node.id.in_(select(Replica.node_id).where(Replica.pool_id == uuid.UUID(str(pool_id)))))
         if states:
             stmt = stmt.where(Node.state.in_(states))
         return list(s.scalars(stmt))

@@ -1,0 +1,381 @@
+"""The fleet tick: make the GPU fleet follow every pool's ``desired_replicas``, a GPU at a time.
+
+One tick, one transaction, one worker at a time fleet-wide (a transaction-scoped advisory lock:
+placement hands out GPU slots of shared nodes, so two planners at once could promise a slot
+twice). The tick only touches the database; the launcher and terminator carry its operations
+out against the clouds after commit. Its steps:
+
+1. **Read** the live fleet: pools, nodes with their GPU slots, the replicas that hold them.
+2. **Finish moves and drains**: a make-before-break copy that is ready retires its original; a
+   copy that failed or timed out is given up (the original keeps serving); a replica told to stop
+   whose agent never confirmed it is written off at its deadline.
+3. **Size**: per pool and market (the spot/on-demand mix, decided once, in ``fleet.markets``),
+   missing replicas are *placed* (``fleet.placement``: free slots first, the cheapest new shapes
+   for the rest); surplus ones are told to stop (replica drains, never a node drain).
+4. **Nodes**: a node that holds no replica is released after ``empty_node_ttl_s`` (at once if it
+   never launched); underused nodes are timed for consolidation.
+5. **Consolidate** (``fleet.consolidation``): delete or replace underused nodes by moving their
+   replicas make-before-break, within the disruption budgets.
+
+Row writes go through :mod:`controlplane.fleet.writes`, so every state change has one author.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+import zlib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from controlplane.config import Settings
+from controlplane.fleet import blocklist, markets, placement_catalog, writes
+from controlplane.fleet.capacity import (
+    ConsolidationBudget,
+    HostedReplica,
+    NodeSlots,
+    Offer,
+    PoolNeed,
+)
+from controlplane.fleet.consolidation import plan_consolidation
+from controlplane.fleet.placement import choose_surplus, plan_placement
+from controlplane.fleet.provisioning import CAPACITY_UNAVAILABLE, begin_termination, drained_node_ids
+from controlplane.models import (
+    Node,
+    NodeState,
+    OperationKind,
+    Pool,
+    Replica,
+    ReplicaDesiredState,
+    ReplicaState,
+)
+
+S = NodeState
+R = ReplicaState
+RUN, STOP = ReplicaDesiredState.running, ReplicaDesiredState.stopped
+# Nodes that can take new replicas (a pending node's slots can be promised before it launches).
+PLACEABLE_NODE_STATES = (S.pending, S.provisioning, S.booting, S.ready)
+# Nodes whose replicas the tick looks after: the placeable ones plus those draining as a whole.
+FLEET_NODE_STATES = (*PLACEABLE_NODE_STATES, S.draining)
+ENDED = (R.stopped, R.failed)  # no engine runs: the replica's GPUs are free
+FLEET_LOCK = zlib.crc32(b"nimbus.fleet.tick")  # the advisory lock's key
+
+
+def try_fleet_lock(session: Session) -> bool:
+    """True when this transaction may plan the fleet. Postgres: a transaction-scoped advisory
+    lock, released by commit or rollback (a killed worker cannot keep it). SQLite (the embedded
+    platform) serializes writers itself."""
+    if session.bind.dialect.name != "postgresql":
+        return True
+    return bool(session.scalar(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": FLEET_LOCK}))
+
+
+@dataclass
+class TickResult:
+    skipped: bool = False  # another worker holds the fleet lock
+    pools: int = 0
+    placed: int = 0
+    launched: int = 0  # new nodes
+    stopped: int = 0  # replicas told to stop (scale-down)
+    terminated: int = 0  # nodes released
+    moves: int = 0  # consolidation copies started
+    unplaced: dict[str, str] = field(default_factory=dict)  # pool id → why
+    operations: list[tuple[uuid.UUID, OperationKind]] = field(default_factory=list)  # to run now
+
+
+# ---------------------------------------------------------------- reading the fleet
+@dataclass
+class Fleet:
+    pools: dict[uuid.UUID, Pool]
+    nodes: dict[uuid.UUID, Node]
+    replicas: list[Replica]  # every replica on a fleet node that still holds GPUs or is wanted
+
+    def on_node(self) -> dict[uuid.UUID, list[Replica]]:
+        by_node: dict[uuid.UUID, list[Replica]] = defaultdict(list)
+        for r in self.replicas:
+            by_node[r.node_id].append(r)
+        return by_node
+
+
+def read_fleet(session: Session) -> Fleet:
+    pools = {p.id: p for p in session.scalars(select(Pool).order_by(Pool.id))}
+    nodes = {n.id: n for n in session.scalars(select(Node).where(Node.state.in_(FLEET_NODE_STATES)))}
+    replicas = list(session.scalars(
+        select(Replica).where(Replica.node_id.in_(list(nodes)), Replica.state.not_in(ENDED)).order_by(Replica.id)
+    )) if nodes else []
+    return Fleet(pools, nodes, replicas)
+
+
+def holds_gpus(r: Replica) -> bool:
+    return r.state not in ENDED
+
+
+def counts_for_pool(r: Replica, by_id: dict[uuid.UUID, Replica]) -> bool:
+    """A replica that counts toward its pool's size: wanted, on a serving node, and not a move's
+    copy whose original still serves (the pair is one replica until the copy takes over)."""
+    if r.desired_state != RUN or r.state in ENDED:
+        return False
+    if r.replaces_id is not None and (orig := by_id.get(r.replaces_id)) is not None and orig.desired_state == RUN:
+        return False
+    return True
+
+
+def node_slots(node: Node, replicas: Sequence[Replica], pools: dict[uuid.UUID, Pool], now: dt.datetime) -> NodeSlots:
+    spec = node.launch_spec or {}
+    moving = {r.replaces_id for r in replicas if r.replaces_id is not None and r.desired_state == RUN}
+    hosted = tuple(
+        HostedReplica(
+            replica_id=str(r.id), pool_id=str(r.pool_id), gpu_ids=tuple(r.gpu_ids or ()), ready=r.state == R.ready,
+            model_ready_s=float(r.model_ready_seconds or 60.0),
+            moving=r.id in moving or r.replaces_id is not None or r.desired_state != RUN,
+        )
+        for r in replicas if holds_gpus(r)
+    )
+    return NodeSlots(
+        node_id=str(node.id), cloud=node.cloud or spec.get("cloud") or "", region=node.region or spec.get("region") or "",
+        zone=node.zone, instance_type=node.instance_type or spec.get("instance_type") or "",
+        gpu_type=spec.get("gpu_type") or "", gpus_total=node.gpus_total or int(spec.get("gpu_count") or 0),
+        spot=node.spot, dedicated_tenant_id=str(node.dedicated_tenant_id) if node.dedicated_tenant_id else None,
+        price_per_hour=float(spec.get("price_per_hour") or 0.0), replicas=hosted,
+        launched=node.instance_id is not None, ready=node.state == S.ready,
+        underused_since=node.underused_since.timestamp() if node.underused_since else None,
+        gpu_memory_gb=float(spec.get("gpu_memory_gb") or 0.0),
+    )
+
+
+def pool_need(pool: Pool, missing_spot: int = 0, missing_on_demand: int = 0) -> PoolNeed:
+    v = pool.variant
+    return PoolNeed(
+        pool_id=str(pool.id), gpus_per_replica=max(1, v.gpu_count), gpu_memory_gb=float(v.gpu_memory_gb or 0),
+        gpu_types=tuple(v.gpu_types or ()), placement=placement_catalog.placement_prefs(pool.placement or []),
+        dedicated_tenant_id=str(pool.dedicated_tenant_id) if pool.dedicated_tenant_id else None,
+        missing_spot=missing_spot, missing_on_demand=missing_on_demand,
+        tokens_per_s=dict(v.profiled_tokens_per_s or {}),
+    )
+
+
+# ---------------------------------------------------------------- the tick
+def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
+    if not try_fleet_lock(session):
+        return TickResult(skipped=True)
+    fleet = read_fleet(session)
+    result = TickResult(pools=len(fleet.pools))
+    by_id = {r.id: r for r in fleet.replicas}
+
+    finish_moves_and_drains(session, fleet, by_id, now, settings)
+    catalog = placement_catalog.load(session)
+    blocks = blocklist.active_blocks(session, now)
+    offers = placement_catalog.offers(catalog, blocks, now)
+    launches: dict[str, Node] = {}
+
+    # 3. size every pool, per market
+    slots = {n.id: node_slots(n, by_node, fleet.pools, now) for n, by_node in _nodes_with_replicas(fleet)}
+    needs: list[PoolNeed] = []
+    scaling_up: set[str] = set()
+    for pool in fleet.pools.values():
+        if pool.paused:
+            continue
+        ours = [r for r in fleet.replicas if r.pool_id == pool.id and counts_for_pool(r, by_id)
+                and fleet.nodes[r.node_id].state in PLACEABLE_NODE_STATES]
+        spot_now = [r for r in ours if fleet.nodes[r.node_id].spot]
+        mix = markets.split_by_capacity_type(
+            pool.spot_policy.value, pool.spot_base_on_demand, pool.desired_replicas,
+            spot_price=_cheapest(offers, pool, spot=True), on_demand_price=_cheapest(offers, pool, spot=False),
+            spot_unavailable_until=markets.spot_unavailable_until(
+                [(b.cloud, b.region, b.expires_at) for b in blocks if b.spot is not False],
+                pool.placement or [], now),
+            now=now.timestamp(), ready_spot=sum(1 for r in spot_now if r.state == R.ready))
+        missing_spot = mix.spot - len(spot_now)
+        missing_od = mix.on_demand - (len(ours) - len(spot_now))
+        if missing_spot > 0 or missing_od > 0:
+            needs.append(pool_need(pool, max(0, missing_spot), max(0, missing_od)))
+            scaling_up.add(str(pool.id))
+        if missing_spot < 0 or missing_od < 0:
+            victims = choose_surplus(str(pool.id), max(0, -missing_spot), max(0, -missing_od),
+                                     [slots[r.node_id] for r in ours if r.node_id in slots])
+            for replica_id in victims:
+                writes.stop_replica(by_id[uuid.UUID(replica_id)], fleet.nodes, now, settings, reason="scale down")
+                result.stopped += 1
+    if needs:
+        plan = plan_placement(needs, list(slots.values()), offers)
+        for new in plan.launches:
+            node, op = writes.add_node(session, new, now, settings, pool_id=_first_pool(plan, new.key))
+            launches[new.key] = node
+            fleet.nodes[node.id] = node
+            result.operations.append((op.id, op.kind))
+        for placed in plan.placed:
+            node = launches.get(placed.node_id) or fleet.nodes[uuid.UUID(placed.node_id)]
+            fleet.replicas.append(writes.add_replica(session, fleet.pools[uuid.UUID(placed.pool_id)], node,
+                                                     placed.gpu_ids, now))
+            result.placed += 1
+        for pool_id, count, why in plan.unplaced:
+            pool = fleet.pools[uuid.UUID(pool_id)]
+            pool.capacity_status = CAPACITY_UNAVAILABLE
+            result.unplaced[pool_id] = f"{count} replica(s): {why}"
+        result.launched = len(plan.launches)
+    placed_pools = {p for p in fleet.pools if str(p) not in result.unplaced}
+    for pool_id in placed_pools:
+        pool = fleet.pools[pool_id]
+        if pool.capacity_status == CAPACITY_UNAVAILABLE and not _launching_for(fleet, pool_id):
+            pool.capacity_status = None
+        pool.last_reconciled_at = now
+
+    # 4. nodes: release the empty ones, time the underused ones
+    session.flush()
+    by_node = fleet.on_node()
+    budget = consolidation_budget(settings)
+    drained = drained_node_ids(session, [n.id for n in fleet.nodes.values() if n.state == S.draining])
+    for node in list(fleet.nodes.values()):
+        held = [r for r in by_node.get(node.id, []) if holds_gpus(r)]
+        if node.state == S.draining:
+            reason = _drain_finished(node, node.id in drained, now)
+            if reason and (op := begin_termination(session, node, now, settings, reason=reason)):
+                result.operations.append((op.id, op.kind))
+                result.terminated += 1
+            continue
+        if held:
+            node.empty_since = None
+            used = sum(len(r.gpu_ids or ()) for r in held)
+            is_under = node.state == S.ready and node.gpus_total > 0 and used / node.gpus_total < (
+                budget.underused_fraction)
+            if not is_under:
+                node.underused_since = None
+            elif node.underused_since is None:
+                node.underused_since = now
+            continue
+        node.underused_since = None
+        if node.empty_since is None:
+            node.empty_since = now
+        never_launched = node.state in (S.pending, S.provisioning) and node.instance_id is None
+        if never_launched or (now - node.empty_since).total_seconds() >= settings.empty_node_ttl_s:
+            if op := begin_termination(session, node, now, settings, reason="empty: no replica placed here"):
+                result.operations.append((op.id, op.kind))
+                result.terminated += 1
+
+    # 5. consolidate
+    if settings.consolidation_enabled:
+        result.moves = consolidate(session, fleet, offers, budget, scaling_up, now, settings, result)
+    session.flush()
+    result.operations = [(op_id, kind) for op_id, kind in result.operations]
+    return result
+
+
+def _nodes_with_replicas(fleet: Fleet):
+    by_node = fleet.on_node()
+    for node in fleet.nodes.values():
+        if node.state in PLACEABLE_NODE_STATES:
+            yield node, by_node.get(node.id, [])
+
+
+def _first_pool(plan, key: str) -> uuid.UUID | None:
+    return next((uuid.UUID(p.pool_id) for p in plan.placed if p.node_id == key), None)
+
+
+def _launching_for(fleet: Fleet, pool_id: uuid.UUID) -> bool:
+    return any(r.pool_id == pool_id and fleet.nodes[r.node_id].state in (S.pending, S.provisioning)
+               for r in fleet.replicas if r.node_id in fleet.nodes)
+
+
+def _cheapest(offers: Sequence[Offer], pool: Pool, *, spot: bool) -> float | None:
+    """The pool's cheapest price per replica-hour in a market: what the spot split compares."""
+    need = pool_need(pool)
+    from controlplane.fleet.placement import fits_offer
+
+    prices = [o.price_per_gpu_hour * need.gpus_per_replica for o in offers
+              if o.spot == spot and o.zones and fits_offer(need, o)]
+    return min(prices) if prices else None
+
+
+def _drain_finished(node: Node, drained: bool, now: dt.datetime) -> str | None:
+    """A node drained as a whole (admin drain, SIGTERM) goes once its agent reported every replica
+    stopped, or at its drain deadline for an agent that never reports."""
+    if drained:
+        return "drained: the agent reported every replica stopped"
+    if node.drain_deadline_at is not None and node.drain_deadline_at <= now:
+        return "drain deadline passed"
+    return None
+
+
+# ---------------------------------------------------------------- moves and drains in flight
+def finish_moves_and_drains(session: Session, fleet: Fleet, by_id: dict[uuid.UUID, Replica], now: dt.datetime,
+                            settings: Settings) -> None:
+    for r in list(fleet.replicas):
+        node = fleet.nodes[r.node_id]
+        if r.desired_state == STOP:
+            # Nothing can run on a node that never got a VM; elsewhere the agent confirms the stop,
+            # or its deadline writes the replica off (a dead agent's node is swept separately).
+            if node.instance_id is None and node.state in (S.pending, S.provisioning) and node.agent_url is None:
+                r.state = R.stopped
+            elif r.drain_deadline_at is not None and r.drain_deadline_at <= now:
+                r.state = R.stopped
+            continue
+        if r.replaces_id is None:
+            if r.state in (R.pending, R.starting) and _age(r, now) > settings.replica_start_deadline_s:
+                writes.stop_replica(r, fleet.nodes, now, settings, reason="not ready by its start deadline")
+            continue
+        original = by_id.get(r.replaces_id)
+        if original is None or original.desired_state != RUN:
+            continue  # the move is over (the original is retiring or gone)
+        if r.state == R.ready:
+            writes.stop_replica(original, fleet.nodes, now, settings, reason=f"moved to replica {r.id}")
+        elif r.state == R.failed or _age(r, now) > settings.replica_start_deadline_s:
+            # Roll back: the original never stopped serving; the copy goes.
+            writes.stop_replica(r, fleet.nodes, now, settings, reason="move rolled back: the copy never became ready")
+
+
+def _age(r: Replica, now: dt.datetime) -> float:
+    return (now - r.created_at).total_seconds() if r.created_at else 0.0
+
+
+# ---------------------------------------------------------------- consolidation
+def consolidation_budget(settings: Settings) -> ConsolidationBudget:
+    return ConsolidationBudget(
+        settle_s=settings.consolidation_settle_s, max_moves_per_pool=settings.consolidation_moves_per_pool,
+        max_nodes_in_flight=settings.consolidation_nodes_in_flight, min_score=settings.consolidation_min_score,
+        underused_fraction=settings.consolidation_underused_fraction,
+    )
+
+
+def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], budget: ConsolidationBudget,
+                scaling_up: set[str], now: dt.datetime, settings: Settings, result: TickResult) -> int:
+    by_node = fleet.on_node()
+    copies = [r for r in fleet.replicas if r.replaces_id is not None and r.desired_state == RUN and holds_gpus(r)]
+    moves_in_flight: dict[str, int] = defaultdict(int)
+    source_nodes: set[uuid.UUID] = set()
+    by_id = {r.id: r for r in fleet.replicas}
+    for c in copies:
+        moves_in_flight[str(c.pool_id)] += 1
+        if (orig := by_id.get(c.replaces_id)) is not None:
+            source_nodes.add(orig.node_id)
+    slots = [node_slots(n, by_node.get(n.id, []), fleet.pools, now) for n in fleet.nodes.values()
+             if n.state in PLACEABLE_NODE_STATES]
+    pools = {str(p.id): pool_need(p) for p in fleet.pools.values()}
+    paused = {str(p.id) for p in fleet.pools.values() if p.paused}
+    actions = plan_consolidation(slots, pools, offers, now.timestamp(), budget,
+                                 scaling_up=frozenset(scaling_up | paused), moves_in_flight=moves_in_flight,
+                                 nodes_in_flight=len(source_nodes))
+    started = 0
+    for action in actions:
+        target_nodes: dict[str, Node] = {}
+        if action.new_node is not None:
+            node, op = writes.add_node(session, action.new_node, now, settings, pool_id=None,
+                                       reason=action.reason)
+            target_nodes[action.new_node.key] = node
+            fleet.nodes[node.id] = node
+            result.operations.append((op.id, op.kind))
+            result.launched += 1
+        for move in action.moves:
+            original = by_id[uuid.UUID(move.replica_id)]
+            node = target_nodes.get(move.to_node) or fleet.nodes[uuid.UUID(move.to_node)]
+            copy = writes.add_replica(session, fleet.pools[original.pool_id], node, move.gpu_ids, now,
+                                      replaces=original)
+            fleet.replicas.append(copy)
+            started += 1
+        writes.record_consolidation(session, fleet.nodes[uuid.UUID(action.node_id)], action, now)
+    return started
+
+
