@@ -375,7 +375,7 @@ def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], budget:
                                       replaces=original)
             fleet.replicas.append(copy)
             started += 1
-        writes.record_consolidation(session, fleet.nodes[uuid.UUID(action.node_id)], action, now)
+        writes.record_consolidation(session, fleet.nodes[uuid.UUID(action.node_id)], action, fleet.pools, now)
     return started
 
 

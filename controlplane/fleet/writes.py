@@ -95,15 +95,17 @@ def stop_replica(replica: Replica, nodes: dict[uuid.UUID, Node], now: dt.datetim
     replica.metrics = metrics
 
 
-def record_consolidation(session: Session, node: Node, action: ConsolidationAction, now: dt.datetime) -> None:
+def record_consolidation(session: Session, node: Node, action: ConsolidationAction, pools: dict[uuid.UUID, Pool],
+                         now: dt.datetime) -> None:
     """The move is shown where operators look: on the node, and as a decision of every pool it moves."""
     node.metrics = {**(node.metrics or {}), "consolidation": {
         "at": now.isoformat(), "kind": action.kind, "reason": action.reason,
         "savings_per_hour": round(action.savings_per_hour, 4), "disruption_cost": round(action.disruption_cost, 4),
         "score": round(action.score, 3), "moves": len(action.moves)}}
     for pool_id in sorted({m.pool_id for m in action.moves}):
+        size = pools[uuid.UUID(pool_id)].desired_replicas  # a move changes where, never how many
         session.add(AutoscalerDecision(
-            pool_id=uuid.UUID(pool_id), created_at=now, current_replicas=0, target_replicas=0,
+            pool_id=uuid.UUID(pool_id), created_at=now, current_replicas=size, target_replicas=size,
             action="consolidate", reasons=[action.reason],
             signals={"node_id": action.node_id, "kind": action.kind, "score": round(action.score, 3),
                      "savings_per_hour": round(action.savings_per_hour, 4)},

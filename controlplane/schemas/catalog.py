@@ -48,6 +48,9 @@ class RegionOut(msgspec.Struct):
     instance_types: list[InstanceTypeOut]
 
 
+GpuType = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
+
+
 class VariantCreate(msgspec.Struct, forbid_unknown_fields=True):
     tier: Tier
     model_path: Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
@@ -58,6 +61,8 @@ class VariantCreate(msgspec.Struct, forbid_unknown_fields=True):
     engine_args: dict[str, Any] = {}
     gpu_types: list[Annotated[str, msgspec.Meta(min_length=1, max_length=32)]] | None = None
     size_gb: Annotated[float, msgspec.Meta(gt=0, le=100_000)] | None = None
+    # One replica's measured decode throughput per GPU type (tokens/s), e.g. {"h100": 9100}.
+    profiled_tokens_per_s: dict[GpuType, Annotated[float, msgspec.Meta(gt=0, le=10_000_000)]] = {}
 
 
 class VariantUpdate(msgspec.Struct, forbid_unknown_fields=True):
@@ -68,6 +73,7 @@ class VariantUpdate(msgspec.Struct, forbid_unknown_fields=True):
     quantization: Annotated[str, msgspec.Meta(min_length=1, max_length=32)] | None = None
     engine_args: dict[str, Any] | None = None
     size_gb: Annotated[float, msgspec.Meta(gt=0, le=100_000)] | None = None
+    profiled_tokens_per_s: dict[GpuType, Annotated[float, msgspec.Meta(gt=0, le=10_000_000)]] | None = None
 
 
 class VariantOut(msgspec.Struct):
@@ -84,6 +90,7 @@ class VariantOut(msgspec.Struct):
     context_length: int
     size_gb: float | None
     created_at: dt.datetime
+    profiled_tokens_per_s: dict[str, float] = {}
 
 
 class ModelCreate(msgspec.Struct, forbid_unknown_fields=True):

@@ -38,6 +38,7 @@ def variant_out(v: ModelVariant, model_name: str) -> VariantOut:
         context_length=v.context_length,
         size_gb=v.size_gb,
         created_at=v.created_at,
+        profiled_tokens_per_s=dict(v.profiled_tokens_per_s or {}),
     )
 
 
@@ -82,6 +83,7 @@ def _new_variant(body: VariantCreate) -> ModelVariant:
         gpu_types=[t.lower() for t in body.gpu_types] if body.gpu_types else None,
         context_length=body.context_length,
         size_gb=body.size_gb,
+        profiled_tokens_per_s={k.lower(): float(t) for k, t in body.profiled_tokens_per_s.items()},
     )
 
 
@@ -162,7 +164,9 @@ async def update_variant(
     for field in VariantUpdate.__struct_fields__:
         value = getattr(body, field)
         if value is not None:
-            setattr(variant, field, dict(value) if field == "engine_args" else value)
+            if field == "profiled_tokens_per_s":
+                value = {k.lower(): float(t) for k, t in value.items()}
+            setattr(variant, field, dict(value) if isinstance(value, dict) else value)
     await session.flush()
     audit.record(session, principal, "variant.update", variant, before=before, after=audit.snapshot(variant))
     return variant
