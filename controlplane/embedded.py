@@ -50,6 +50,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEMO_TENANT = "demo"
 DEMO_MODEL = "demo-llama"
 DEMO_POOL = "demo-llama-bf16"
+# A second model, so the demo shows what GPU placement does: both pools' replicas share one node.
+DEMO_MODEL_2 = "demo-qwen"
+DEMO_POOL_2 = "demo-qwen-bf16"
+DEMO_REPLICAS = 2  # per pool: 2 + 2 one-GPU replicas fit one 4-GPU node, cheaper than two 2-GPU ones
 LOCAL_CATALOG: dict[str, Any] = {
     "version": 1,
     "generated_by": "nimbus embedded",
@@ -79,6 +83,9 @@ DEMO_VARIANTS = [
     {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20, "context_length": 8192},
     {"tier": "fp8", "model_path": "meta-llama/Llama-3.1-8B-Instruct-FP8", "gpu_memory_gb": 12,
      "context_length": 8192, "quantization": "fp8"},
+]
+DEMO_VARIANTS_2 = [
+    {"tier": "bf16", "model_path": "Qwen/Qwen2.5-7B-Instruct", "gpu_memory_gb": 18, "context_length": 8192},
 ]
 # Agents inherit these through the worker that launches them (the local provider passes its
 # environment on): fast heartbeats, a simulator 10× faster than real time, quick shutdowns.
@@ -321,21 +328,32 @@ class Platform:
             key = check(api.post(f"/tenants/{tenant['id']}/keys",
                                  json={"name": "make run", "scopes": ["inference", "manage"]}))
             models = check(api.get("/models", params={"limit": 500}))["items"]
-            model = next((m for m in models if m["name"] == DEMO_MODEL), None) or check(
-                api.post("/models", json={"name": DEMO_MODEL, "display_name": "Demo Llama (simulated)",
-                                          "default_tier": "bf16", "variants": DEMO_VARIANTS}))
-            variant = next(v for v in model["variants"] if v["tier"] == "bf16")
             pools = check(api.get("/pools", params={"limit": 500}))["items"]
-            pool = next((p for p in pools if p["name"] == DEMO_POOL), None)
-            if pool is None:
-                pool = check(api.post("/pools", json={"name": DEMO_POOL, "variant_id": variant["id"],
-                                                      "placement": [{"cloud": "local", "region": "local"}],
-                                                      "min_replicas": 2, "max_replicas": 2}))
-            elif pool["paused"] or pool["min_replicas"] != 2:
-                pool = check(api.patch(f"/pools/{pool['id']}", json={"min_replicas": 2, "max_replicas": 2,
-                                                                     "paused": False}))
-        self.step(f"demo tenant '{DEMO_TENANT}', model '{DEMO_MODEL}' (bf16, fp8), pool '{DEMO_POOL}'")
-        return {"api_key": key["secret"], "pool_id": pool["id"], "model": DEMO_MODEL}
+            demo_pools = []
+            for name, display, variants, pool_name in (
+                    (DEMO_MODEL, "Demo Llama (simulated)", DEMO_VARIANTS, DEMO_POOL),
+                    (DEMO_MODEL_2, "Demo Qwen (simulated)", DEMO_VARIANTS_2, DEMO_POOL_2)):
+                model = next((m for m in models if m["name"] == name), None) or check(
+                    api.post("/models", json={"name": name, "display_name": display, "default_tier": "bf16",
+                                              "variants": variants}))
+                variant = next(v for v in model["variants"] if v["tier"] == "bf16")
+                # Created empty and sized together below: the fleet tick then places both pools'
+                # replicas at once (one shared node) instead of the first pool's alone.
+                pool = next((p for p in pools if p["name"] == pool_name), None) or check(
+                    api.post("/pools", json={"name": pool_name, "variant_id": variant["id"],
+                                             "placement": [{"cloud": "local", "region": "local"}],
+                                             "min_replicas": 0, "max_replicas": 0}))
+                demo_pools.append(pool)
+            demo_pools = [
+                check(api.patch(f"/pools/{p['id']}", json={"min_replicas": DEMO_REPLICAS, "max_replicas": DEMO_REPLICAS,
+                                                          "paused": False}))
+                if p["paused"] or p["min_replicas"] != DEMO_REPLICAS or p["max_replicas"] != DEMO_REPLICAS else p
+                for p in demo_pools]
+            pool = demo_pools[0]
+        self.step(f"demo tenant '{DEMO_TENANT}', models '{DEMO_MODEL}' (bf16, fp8) and '{DEMO_MODEL_2}', "
+                  f"pools '{DEMO_POOL}' and '{DEMO_POOL_2}'")
+        return {"api_key": key["secret"], "pool_id": pool["id"], "model": DEMO_MODEL,
+                "pool_ids": ",".join(p["id"] for p in demo_pools)}
 
     def wait_replicas(self, pool_id: str, want: int, timeout: float = 90) -> None:
         with self.admin() as api, self.console.status("starting replicas…") as status:
@@ -356,6 +374,24 @@ class Platform:
                                        f"{self.state_dir / 'local-cloud' / 'instances'}")
                 self.wait_for(lambda: True, 1, "")  # surfaces a dead service
                 time.sleep(0.25)
+
+    def show_gpu_map(self) -> None:
+        """Which replica holds which GPU of which node: the two demo models share one node."""
+        with self.admin() as api:
+            pools = {p["id"]: p["name"] for p in check(api.get("/pools", params={"limit": 500}))["items"]}
+            nodes = check(api.get("/nodes", params={"limit": 100}))["items"]
+            replicas = check(api.get("/replicas", params={"limit": 500}))["items"]
+        for node in nodes:
+            if node["state"] not in ("booting", "ready"):
+                continue
+            slots = ["free"] * node["gpus_total"]
+            for r in replicas:
+                if r["node_id"] == node["id"] and r["state"] not in ("stopped", "failed"):
+                    for g in r["gpu_ids"]:
+                        if 0 <= g < len(slots):
+                            slots[g] = pools.get(r["pool_id"], r["pool_id"][:8])
+            cells = "  ".join(f"GPU{i}: {name}" for i, name in enumerate(slots))
+            self.step(f"node {node['id'][:8]} ({node['instance_type']}): {cells}")
 
     def wait_edge_serves(self, api_key: str, model: str, timeout: float = 30) -> None:
         """One real completion through the edge, so the printed commands work as printed."""
@@ -528,7 +564,9 @@ def main(argv: list[str] | None = None) -> int:
         demo = None
         if platform.demo:
             demo = platform.seed_demo()
-            platform.wait_replicas(demo["pool_id"], 2)
+            for pool_id in demo["pool_ids"].split(","):
+                platform.wait_replicas(pool_id, DEMO_REPLICAS)
+            platform.show_gpu_map()
             platform.wait_edge_serves(demo["api_key"], demo["model"])
             platform.print_usage(demo)
         else:
