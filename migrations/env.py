@@ -50,9 +50,19 @@ def run_migrations_online() -> None:
 
         engine = make_sync_engine(Settings(database_url=url))
     with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            # Batch mode rebuilds a table by copy, drop and rename: with foreign keys enforced, the
+            # drop of a table other rows reference fails. Off for the migration (a PRAGMA outside any
+            # transaction, so on the raw connection), then every reference is checked.
+            conn.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")
         _configure(connection=conn)
         with context.begin_transaction():
             context.run_migrations()
+        if sqlite:
+            broken = conn.connection.driver_connection.execute("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise RuntimeError(f"migration left dangling references: {broken[:10]}")
     engine.dispose()
 
 
