@@ -1,16 +1,26 @@
 """The node agent's lifecycle.
 
 1. **Connect**: exchange the one-time bootstrap token for a node credential (``/register``), or,
-   after an agent restart, resume with the stored credential (``/resume``). Either answer
-   carries the node's *assignment*: which variant, how many replicas, how many GPUs each.
-2. **Fetch** the model artifacts (``artifacts.fetch``: local → regional shared cache → source).
-3. **Start** one supervised engine per replica from the one command template (``template``),
-   each on its own GPUs and port; a replica is registered ``ready`` only after
-   ``/health_generate`` passes.
+   after an agent restart, resume with the stored credential (``/resume``). Either answer, and
+   every heartbeat answer after it, carries the node's *replica list*: each replica the control
+   plane placed here, with its id, variant and GPU indices, and whether it should run or stop.
+2. **Reconcile** the list (``replicas.plan_replica_changes``, pure) every time it arrives: start
+   the new ones, drain the ones marked stopped or no longer listed, wait for GPUs still held,
+   refuse GPUs the machine does not have. Replicas of different pools share the node.
+3. **Start** each replica as its own task: fetch its artifacts (``artifacts.fetch``: local →
+   regional shared cache → source; once per model path on the node), build its command from the
+   one template (``template``) with ``--tp-size`` = its GPU count and ``CUDA_VISIBLE_DEVICES`` =
+   its GPU indices (the simulator gets them too), supervise it; it is registered ``ready`` only
+   after ``/health_generate`` passes.
 4. **Heartbeat** every few seconds with each engine's scraped ``/metrics``; the answer may carry
-   commands (``drain``, ``stop``). Replica state changes are reported at once, not at the next beat.
-5. **Drain** on SIGTERM or on command: health turns 503, replicas turn ``draining`` (edges stop
-   routing to them), in-flight requests finish up to the deadline, engines stop, the agent exits.
+   node commands (``drain``, ``stop``) and a changed replica list. Replica state changes are
+   reported at once, not at the next beat.
+5. **Drain one replica** (the list says so): it turns ``draining`` at once, in-flight requests
+   finish up to its deadline, its engine stops, it is reported ``stopped`` until the list no
+   longer names it. The node and its other replicas carry on.
+6. **Drain the node** on SIGTERM or on command: health turns 503, every replica turns
+   ``draining`` (edges stop routing to them), in-flight requests finish up to the deadline,
+   engines stop, the final "all stopped" report is retried, the agent exits.
 """
 
 from __future__ import annotations
@@ -18,12 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -37,43 +48,29 @@ from dataplane.agent.engine import (
     DRAINING,
     FAILED,
     READY,
+    STARTING,
+    STOPPED,
     Replica,
     Supervisor,
     SupervisorOptions,
     build_replica,
 )
 from dataplane.agent.metrics import AgentMetrics
+from dataplane.agent.replicas import (
+    LocalView,
+    ParsedList,
+    ReplicaEntry,
+    engine_port,
+    parse_replica_list,
+    plan_replica_changes,
+)
 from dataplane.agent.server import AgentHttp
 from infra.bootstrap import AgentConfig
 
 log = logging.getLogger("nimbus.agent")
-VERSION = "0.1.0"
+VERSION = "0.2.0"
 EXIT_OK, EXIT_REFUSED, EXIT_FAILED = 0, 3, 4
-
-
-@dataclass(frozen=True)
-class Assignment:
-    """What the control plane wants on this node (the ``assignment`` object of the agent API)."""
-
-    node_id: str
-    model_path: str
-    served_model_name: str
-    replicas: int
-    gpus_per_replica: int
-    quantization: str | None = None
-    context_length: int | None = None
-    engine_args: dict | None = None
-    artifact_source: str | None = None
-    heartbeat_interval_s: float | None = None
-
-    @classmethod
-    def from_answer(cls, answer: dict) -> Assignment:
-        a = answer["assignment"]
-        return cls(node_id=answer["node_id"], model_path=a["model_path"], served_model_name=a["served_model_name"],
-                   replicas=int(a["replicas"]), gpus_per_replica=int(a["gpus_per_replica"]),
-                   quantization=a.get("quantization"), context_length=a.get("context_length"),
-                   engine_args=a.get("engine_args") or {}, artifact_source=a.get("artifact_source"),
-                   heartbeat_interval_s=answer.get("heartbeat_interval_s"))
+DRAIN_POLL_S = 0.2
 
 
 def detect_gpus() -> list[int]:
@@ -121,19 +118,52 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
+@dataclass(eq=False)
+class LocalReplica:
+    """One replica of the control plane's list that this agent has: its engine (once started), the
+    task that fetches and supervises it, and its own drain."""
+
+    entry: ReplicaEntry
+    replica: Replica
+    supervisor: Supervisor | None = None
+    task: asyncio.Task | None = None  # fetch artifacts, then supervise the engine
+    drain_task: asyncio.Task | None = None
+    drain_deadline: float = math.inf
+    deadline_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    reported_state: str | None = None  # the last state a report the control plane took carried
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Its engine may still be on its GPUs: anything but stopped/failed with no live process."""
+        r = self.replica
+        return not (r.state in (STOPPED, FAILED) and r.pid is None)
+
+    def view(self) -> LocalView:
+        r = self.replica
+        done = r.state in (STOPPED, FAILED) and not self.holds_gpus
+        return LocalView(id=r.id, gpu_ids=tuple(r.gpu_ids), holds_gpus=self.holds_gpus,
+                         stopping=self.drain_task is not None or r.state in (STOPPED, FAILED),
+                         final_reported=done and self.reported_state == r.state)
+
+
 class NodeAgent:
     def __init__(self, config: AgentConfig, options: AgentOptions) -> None:
         self.config = config
         self.options = options
         self.metrics = AgentMetrics()
         self.engine = config.engine
-        self.replicas: list[Replica] = []
-        self.supervisors: list[Supervisor] = []
+        self.local: dict[str, LocalReplica] = {}  # by the control plane's replica id, in arrival order
         self.draining = False
         self.node_id = config.node_id
+        self.node_state: str | None = None
         self.gpus: list[int] = []
-        self.fetched: artifacts.Fetched | None = None
         self.agent_url: str | None = None
+        self.advertise = options.advertise_host or "127.0.0.1"
+        self._listed: ParsedList | None = None  # the last replica list the control plane sent
+        self._waiting: set[str] = set()  # entries waiting for GPUs (logged once each)
+        self._list_errors: tuple[str, ...] = ()
+        self._fetches: dict[tuple[str, str | None], asyncio.Task] = {}
+        self._artifacts: dict[str, dict] = {}
         self._started = time.monotonic()
         self._done = asyncio.Event()
         self._wake = asyncio.Event()
@@ -142,8 +172,21 @@ class NodeAgent:
         self._samples: dict[str, scrape.Sample] = {}
         self._last_scrape = time.monotonic()
         self._drain_task: asyncio.Task | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: set[asyncio.Task] = set()
+        self._sup_options = SupervisorOptions(ready_timeout_s=options.ready_timeout_s,
+                                              backoff_base_s=options.backoff_base_s,
+                                              backoff_cap_s=options.backoff_cap_s)
         self.exit_code = EXIT_OK
+
+    @property
+    def replicas(self) -> list[Replica]:
+        return [m.replica for m in self.local.values()]
+
+    def _spawn_task(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     # -- the whole life --------------------------------------------------------------------
     async def run(self) -> int:
@@ -157,16 +200,16 @@ class NodeAgent:
             self.client = ControlPlaneClient(self.config.control_plane_url, http, o.state_dir / "credential")
             server, server_task = await self._serve_http()
             try:
-                assignment = await self._connect()
-                if assignment is not None and not self.draining:
-                    await self._start_replicas(assignment)
-                    await self._heartbeat_loop(assignment.heartbeat_interval_s or o.heartbeat_s)
+                answer = await self._connect()
+                if answer is not None and not self.draining:
+                    interval = self._apply_answer(answer, o.heartbeat_s)
+                    await self._heartbeat_loop(interval)
                 elif self._drain_task is not None:
                     await self._drain_task
             finally:
-                for sup in self.supervisors:
-                    await sup.stop()
-                for task in self._tasks:
+                for m in list(self.local.values()):
+                    await self._stop_local(m)
+                for task in list(self._tasks):
                     task.cancel()
                 server.should_exit = True
                 with contextlib.suppress(Exception):
@@ -199,7 +242,7 @@ class NodeAgent:
         return {"agent_url": self.agent_url, "hostname": socket.gethostname(), "gpus": self.gpus,
                 "engine": self.engine, "version": VERSION}
 
-    async def _connect(self) -> Assignment | None:
+    async def _connect(self) -> dict | None:
         """Register (or resume), retrying while the control plane is unreachable; a refusal is final."""
         delay = 0.5
         while not self.draining:
@@ -209,11 +252,13 @@ class NodeAgent:
                 else:
                     answer = await self.client.register(self.config.node_id, self.config.bootstrap_token,
                                                         self._facts())
-                assignment = Assignment.from_answer(answer)
-                self.node_id = assignment.node_id
-                log.info("registered", extra={"node": self.node_id, "model": assignment.served_model_name,
-                                              "replicas": assignment.replicas})
-                return assignment
+                if not isinstance(answer, dict):
+                    raise ValueError(f"the answer is not an object: {answer!r:.200}")
+                self.node_id = answer.get("node_id") or self.node_id
+                listed = answer.get("replicas")
+                log.info("registered", extra={"node": self.node_id, "node_state": answer.get("node_state"),
+                                              "replicas": len(listed) if isinstance(listed, list) else None})
+                return answer
             except Unauthorized as exc:
                 log.error("control plane refused this node; exiting", extra={"error": str(exc)})
                 self.exit_code = EXIT_REFUSED
@@ -225,7 +270,89 @@ class NodeAgent:
                 delay = min(delay * 2, 15.0)
         return None
 
-    # -- 2 + 3. artifacts and engines ------------------------------------------------------
+    def _apply_answer(self, answer: dict, interval_s: float) -> float:
+        """Everything a register/resume/heartbeat answer says: node state, heartbeat interval, node
+        commands, the replica list. Unknown fields are ignored; nothing in it can crash the agent.
+        Returns the heartbeat interval to use."""
+        if isinstance(answer.get("node_state"), str):
+            self.node_state = answer["node_state"]
+        wanted = answer.get("heartbeat_interval_s")
+        if isinstance(wanted, int | float) and not isinstance(wanted, bool) and 0 < wanted < 3600:
+            interval_s = float(wanted)
+        commands = answer.get("commands") or []
+        for command in commands if isinstance(commands, list) else [commands]:
+            try:
+                self._apply(command)
+            except (AttributeError, TypeError, ValueError) as exc:
+                log.warning("malformed command ignored", extra={"command": repr(command)[:300], "error": repr(exc)})
+        if "replicas" in answer:
+            parsed = parse_replica_list(answer["replicas"])
+            if parsed is None:
+                log.warning("replica list is not a list; keeping what runs",
+                            extra={"replicas": repr(answer["replicas"])[:300]})
+            else:
+                if parsed.errors != self._list_errors:  # the same bad entry is not logged every beat
+                    for line in parsed.errors:
+                        log.error("malformed replica entry skipped", extra={"error": line})
+                    self._list_errors = parsed.errors
+                self._listed = parsed
+                try:
+                    self._reconcile()
+                except Exception:  # a bug here must not take the node's serving replicas down with it
+                    log.exception("replica list not applied; the next answer tries again")
+        return interval_s
+
+    # -- 2. reconcile the replica list -----------------------------------------------------
+    def _reconcile(self) -> None:
+        """Carry out ``plan_replica_changes`` for the last list; called on every answer and
+        whenever a local replica stops (its GPUs may be what a waiting entry needs)."""
+        if self.draining or self._listed is None:
+            return
+        listed = self._listed
+        plan = plan_replica_changes([m.view() for m in self.local.values()], listed.entries, self.gpus,
+                                    listed.unparsed_ids)
+        for rid in plan.forget:
+            self.local.pop(rid, None)
+            self._samples.pop(rid, None)
+            log.info("replica forgotten (no longer listed)", extra={"replica": rid})
+        for entry, why in plan.refuse:
+            log.error("replica refused: not started", extra={"replica": entry.id, "gpus": list(entry.gpu_ids),
+                                                             "node_gpus": self.gpus, "error": why})
+            self._add_record(entry, FAILED, error=why)
+        for entry in plan.acknowledge:  # "stopped" entries this agent never ran: say so, so they can close
+            self._add_record(entry, STOPPED)
+        for rid, deadline_s in plan.drain:
+            self._drain_one(self.local[rid], deadline_s)
+        for rid, deadline_s in plan.deadlines:
+            m = self.local[rid]
+            stricter = time.monotonic() + deadline_s
+            if stricter < m.drain_deadline:
+                m.drain_deadline = stricter
+                m.deadline_changed.set()
+        for entry in plan.start:
+            self._waiting.discard(entry.id)
+            self._start_one(entry)
+        for entry in plan.wait:
+            if entry.id not in self._waiting:
+                holders = [m.replica.id for m in self.local.values()
+                           if m.holds_gpus and set(m.replica.gpu_ids) & set(entry.gpu_ids)]
+                log.info("replica waits for its GPUs", extra={"replica": entry.id, "gpus": list(entry.gpu_ids),
+                                                             "held_by": holders})
+        self._waiting = {e.id for e in plan.wait}
+        if plan:
+            self._spawn_task(self._report_replicas())
+
+    def _add_record(self, entry: ReplicaEntry, state: str, error: str | None = None) -> LocalReplica:
+        """A replica with no engine (refused, or stopped before it ever ran): reported, never started."""
+        port = entry.port or 0
+        replica = build_replica(entry.slot if entry.gpu_ids else 0, [], {}, self.advertise, port, entry.gpu_ids,
+                                self.options.state_dir, replica_id=entry.id)
+        replica.state, replica.error = state, error
+        m = LocalReplica(entry, replica)
+        self.local[entry.id] = m
+        return m
+
+    # -- 3. artifacts and engines ----------------------------------------------------------
     def _engine_kind(self) -> str:
         return template.choose_engine(self.options.engine or self.engine, self.gpus)
 
@@ -237,48 +364,71 @@ class NodeAgent:
         except OSError:  # e.g. a local "node" cannot write /var/lib: keep the cache in the state dir
             return self.options.state_dir / fallback
 
-    async def _start_replicas(self, a: Assignment) -> None:
+    def _start_one(self, entry: ReplicaEntry) -> None:
         o = self.options
         engine = self._engine_kind()
-        source = a.artifact_source or self.config.artifact_source
-        local_cache = self._cache_dir(self.config.model_cache_dir, "models")
-        try:
-            self.fetched = await asyncio.to_thread(
-                artifacts.fetch, a.model_path, local_cache_dir=local_cache,
-                shared_cache_dir=o.shared_cache_dir, source=source)
-        except Exception as exc:
-            log.error("artifact fetch failed", extra={"model_path": a.model_path, "error": repr(exc)})
-            self.fetched = artifacts.Fetched(a.model_path, "engine", 0.0)
-        log.info("artifacts ready", extra={"path": self.fetched.path, "source": self.fetched.source,
-                                           "download_s": round(self.fetched.download_s, 3)})
-        gpu_pool = self.gpus or list(range(a.gpus_per_replica * a.replicas))  # CPU nodes: nominal GPUs
-        blocks = template.assign_gpus(gpu_pool, a.gpus_per_replica, a.replicas)
-        spec = template.EngineSpec(
-            model_path=self.fetched.path, served_model_name=a.served_model_name, tp_size=a.gpus_per_replica,
-            quantization=a.quantization, context_length=a.context_length, engine_args=a.engine_args or {},
-            extra_args=tuple(self.config.engine_args) + (o.sim_args if engine == "sim" else ()))
-        log.info("starting engines", extra={"engine": engine, "requested": self.options.engine or self.engine,
-                                            "replicas": len(blocks), "gpus": blocks})
-        sup_options = SupervisorOptions(ready_timeout_s=o.ready_timeout_s, backoff_base_s=o.backoff_base_s,
-                                        backoff_cap_s=o.backoff_cap_s)
-        for slot, gpu_ids in enumerate(blocks):
-            port = o.engine_port_base + slot if o.engine_port_base else _free_port(o.host)
-            argv = template.engine_command(spec, engine=engine, python=o.python, host=o.host, port=port)
-            replica = build_replica(slot, argv, template.engine_env(engine, gpu_ids), self.advertise, port, gpu_ids,
-                                    o.state_dir)
-            sup = Supervisor(replica, self.http, self._on_replica_change, sup_options, self.fetched.download_s)
-            self.replicas.append(replica)
-            self.supervisors.append(sup)
-            self._tasks.append(asyncio.create_task(self._supervise(sup)))
-        await self._report_replicas()
+        port = engine_port(entry, o.engine_port_base) or _free_port(o.host)
+        replica = build_replica(entry.slot, [], template.engine_env(engine, entry.gpu_ids), self.advertise, port,
+                                entry.gpu_ids, o.state_dir, replica_id=entry.id)
+        m = LocalReplica(entry, replica)
+        self.local[entry.id] = m
+        log.info("starting replica", extra={"replica": entry.id, "pool": entry.pool_id, "model": entry.served_model_name,
+                                            "engine": engine, "gpus": list(entry.gpu_ids), "port": port})
+        m.task = self._spawn_task(self._run_replica(m, engine))
 
-    async def _supervise(self, sup: Supervisor) -> None:
+    async def _fetch(self, entry: ReplicaEntry) -> artifacts.Fetched:
+        """The entry's artifacts, fetched once per model path on this node: replicas of one model
+        started together share one download; a later one finds the local cache."""
+        source = entry.artifact_source or self.config.artifact_source
+        key = (entry.model_path, source)
+        task = self._fetches.get(key)
+        if task is not None and task.done() and (task.cancelled() or task.exception() is not None):
+            task = None  # a failed fetch is tried again by the next replica
+        already, created = task is not None and task.done(), task is None
+        if created:
+            local_cache = self._cache_dir(self.config.model_cache_dir, "models")
+            task = asyncio.create_task(asyncio.to_thread(
+                artifacts.fetch, entry.model_path, local_cache_dir=local_cache,
+                shared_cache_dir=self.options.shared_cache_dir, source=source))
+            self._fetches[key] = task
         try:
-            await sup.run()
-        except Exception:
-            log.exception("supervisor failed", extra={"slot": sup.replica.slot})
-            sup.replica.state = FAILED
+            fetched = await asyncio.shield(task)  # one replica cancelled does not cancel the others' fetch
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("artifact fetch failed; the engine gets the path as it is",
+                      extra={"model_path": entry.model_path, "error": repr(exc)})
+            return artifacts.Fetched(entry.model_path, "engine", 0.0)
+        if created:
+            log.info("artifacts ready", extra={"model_path": entry.model_path, "path": fetched.path,
+                                               "source": fetched.source, "download_s": round(fetched.download_s, 3)})
+            self._artifacts[entry.model_path] = {"source": fetched.source, "download_s": round(fetched.download_s, 3)}
+        return replace(fetched, download_s=0.0) if already else fetched
+
+    async def _run_replica(self, m: LocalReplica, engine: str) -> None:
+        o, e, r = self.options, m.entry, m.replica
+        try:
+            fetched = await self._fetch(e)
+            if self.draining or m.drain_task is not None:
+                r.state = STOPPED
+                return
+            spec = template.EngineSpec(
+                model_path=fetched.path, served_model_name=e.served_model_name, tp_size=e.tp_size,
+                quantization=e.quantization, context_length=e.context_length, engine_args=e.engine_args,
+                extra_args=tuple(self.config.engine_args) + (o.sim_args if engine == "sim" else ()))
+            r.argv = template.engine_command(spec, engine=engine, python=o.python, host=o.host, port=r.port)
+            m.supervisor = Supervisor(r, self.http, self._on_replica_change, self._sup_options, fetched.download_s)
+            await m.supervisor.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("replica failed", extra={"replica": r.id, "slot": r.slot})
+            if m.supervisor is not None:
+                with contextlib.suppress(Exception):
+                    await m.supervisor.stop()
+            r.state, r.error = FAILED, repr(exc)[:500]
             await self._report_replicas()
+            self._reconcile()
 
     async def _on_replica_change(self, replica: Replica, event: str) -> None:
         if event == "ready":
@@ -288,20 +438,35 @@ class NodeAgent:
             self.metrics.restarts.labels(str(replica.slot)).inc()
         self._samples.pop(replica.id, None)  # counters restart with the engine
         await self._report_replicas()
+        if event == "failed":
+            self._reconcile()  # its GPUs are free again
+
+    # -- reports ---------------------------------------------------------------------------
+    def _report_bodies(self) -> tuple[list[dict], list[tuple[LocalReplica, str]]]:
+        locals_ = list(self.local.values())
+        return [m.replica.report() for m in locals_], [(m, m.replica.state) for m in locals_]
+
+    @staticmethod
+    def _reported(sent: list[tuple[LocalReplica, str]]) -> None:
+        for m, state in sent:
+            m.reported_state = state
 
     async def _report_replicas(self) -> bool:
         """Tell the control plane about replica states now (best effort: the next heartbeat repeats it).
         False when the report was lost to a transient failure and is worth repeating."""
         self.metrics.observe_replicas([r.state for r in self.replicas])
         async with self._report_lock:
+            body, sent = self._report_bodies()
             try:
-                await self.client.report_replicas([r.report() for r in self.replicas])
+                await self.client.report_replicas(body)
             except Unauthorized as exc:
                 log.error("credential refused while reporting replicas", extra={"error": str(exc)})
                 self._begin_drain(0.0, "credential refused")  # no retry can fix that
             except httpx.HTTPError as exc:
                 log.warning("replica report failed; the next heartbeat repeats it", extra={"error": repr(exc)})
                 return False
+            else:
+                self._reported(sent)
             return True
 
     FINAL_REPORT_ATTEMPTS = 5
@@ -340,6 +505,19 @@ class NodeAgent:
         await asyncio.gather(*(one(r) for r in self.replicas))
         self.metrics.in_flight.set(self.in_flight())
 
+    async def _probe_in_flight(self, r: Replica) -> int | None:
+        """Running plus queued requests on one engine now (0 once its process is gone; None when it
+        cannot be read). Does not touch the heartbeat's samples, so no counter delta is lost."""
+        if r.pid is None:
+            return 0
+        try:
+            resp = await self.http.get(r.url + "/metrics", timeout=3.0)
+            if resp.status_code != 200:
+                return None
+            return scrape.in_flight(scrape.parse(resp.text))
+        except (httpx.HTTPError, ValueError):
+            return None
+
     def in_flight(self) -> int:
         return sum(scrape.in_flight(self._samples[r.id]) for r in self.replicas
                    if r.id in self._samples and r.pid is not None)
@@ -348,28 +526,33 @@ class NodeAgent:
         return {
             "engine": self._engine_kind(),
             "gpus": self.gpus,
+            "replicas": len(self.local),
             "replicas_ready": sum(r.state == READY for r in self.replicas),
+            "replicas_waiting": len(self._waiting),
+            "gpus_in_use": sorted({g for m in self.local.values() if m.holds_gpus for g in m.replica.gpu_ids}),
             "restarts": sum(r.restarts for r in self.replicas),
             "in_flight": self.in_flight(),
             "uptime_s": round(time.monotonic() - self._started, 1),
             "draining": self.draining,
-            "artifacts": {"source": self.fetched.source, "download_s": round(self.fetched.download_s, 3)}
-            if self.fetched else None,
+            "artifacts": dict(self._artifacts),
             "agent_version": VERSION,
         }
 
     async def _heartbeat_loop(self, interval_s: float) -> None:
         while not self._done.is_set():
             await self._scrape()
-            body = {"draining": self.draining, "agent_url": self.agent_url, "node_metrics": self.node_metrics(),
-                    "replicas": [r.report() for r in self.replicas]}
             try:
                 async with self._report_lock:
+                    reports, sent = self._report_bodies()
+                    body = {"draining": self.draining, "agent_url": self.agent_url,
+                            "node_metrics": self.node_metrics(), "replicas": reports}
                     answer = await self.client.heartbeat(body)
+                    self._reported(sent)
                 self.metrics.heartbeats.labels("ok").inc()
-                interval_s = answer.get("heartbeat_interval_s") or interval_s
-                for command in answer.get("commands", []):
-                    self._apply(command)
+                if isinstance(answer, dict):
+                    interval_s = self._apply_answer(answer, interval_s)
+                else:
+                    log.warning("heartbeat answer is not an object; ignored", extra={"answer": repr(answer)[:300]})
             except Unauthorized as exc:
                 self.metrics.heartbeats.labels("refused").inc()
                 log.error("credential refused; stopping engines", extra={"error": str(exc)})
@@ -392,7 +575,67 @@ class NodeAgent:
         else:
             log.warning("unknown command ignored", extra={"command": command})
 
-    # -- 5. drain --------------------------------------------------------------------------
+    # -- 5. drain one replica --------------------------------------------------------------
+    def _drain_one(self, m: LocalReplica, deadline_s: float | None) -> None:
+        deadline_s = self.options.drain_deadline_s if deadline_s is None else deadline_s
+        m.drain_deadline = time.monotonic() + max(0.0, deadline_s)
+        if m.supervisor is not None:
+            m.supervisor.begin_drain()  # reported draining by the reconcile's report, at once
+        log.info("draining replica", extra={"replica": m.replica.id, "slot": m.replica.slot,
+                                            "deadline_s": deadline_s})
+        m.drain_task = self._spawn_task(self._drain_replica(m))
+
+    async def _sleep_until(self, m: LocalReplica, until: float) -> None:
+        """Sleep until ``until`` or until a stricter deadline arrives for ``m``."""
+        m.deadline_changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(m.deadline_changed.wait(), max(0.0, until - time.monotonic()))
+
+    async def _drain_replica(self, m: LocalReplica) -> None:
+        r = m.replica
+        if m.supervisor is None:  # still fetching its artifacts: nothing runs yet
+            if m.task is not None and not m.task.done():
+                m.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await m.task
+            if m.supervisor is None:
+                r.state = STOPPED if r.state != FAILED else FAILED
+        if m.supervisor is not None:
+            m.supervisor.begin_drain()
+            if r.ready_at is not None:  # it took traffic: edges need a snapshot poll to stop sending
+                grace_until = time.monotonic() + self.options.drain_grace_s
+                while (until := min(m.drain_deadline, grace_until)) > time.monotonic():
+                    await self._sleep_until(m, until)
+                while time.monotonic() < m.drain_deadline:
+                    if await self._probe_in_flight(r) == 0:
+                        break
+                    await self._sleep_until(m, min(m.drain_deadline, time.monotonic() + DRAIN_POLL_S))
+            left = await self._probe_in_flight(r)
+            log.info("replica drained" if left == 0 else "replica drain deadline passed",
+                     extra={"replica": r.id, "in_flight": left})
+            await m.supervisor.stop()
+            if m.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(m.task, 10)
+        self._samples.pop(r.id, None)
+        log.info("replica stopped", extra={"replica": r.id, "slot": r.slot, "state": r.state})
+        await self._report_replicas()
+        self._reconcile()  # a waiting entry may want these GPUs
+
+    async def _stop_local(self, m: LocalReplica) -> None:
+        """Stop one replica now, whatever it is doing (node drain, shutdown)."""
+        if m.supervisor is not None:
+            await m.supervisor.stop()
+        elif m.task is not None and not m.task.done():
+            m.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await m.task
+            if m.supervisor is not None:  # created just before the cancel landed
+                await m.supervisor.stop()
+        if m.replica.state in (STARTING, READY, DRAINING):
+            m.replica.state = STOPPED
+
+    # -- 6. drain the node -----------------------------------------------------------------
     def _begin_drain(self, deadline_s: float, reason: str) -> None:
         deadline = time.monotonic() + max(0.0, deadline_s)
         if self._drain_task is not None:
@@ -403,8 +646,9 @@ class NodeAgent:
         self.draining = True
         self.metrics.draining.set(1)
         log.info("draining", extra={"reason": reason, "deadline_s": deadline_s})
-        for sup in self.supervisors:
-            sup.begin_drain()
+        for m in self.local.values():
+            if m.supervisor is not None:
+                m.supervisor.begin_drain()
         self._drain_task = asyncio.create_task(self._drain())
         self._wake.set()
 
@@ -421,10 +665,10 @@ class NodeAgent:
             await self._scrape()
             if self.in_flight() == 0:
                 break
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(DRAIN_POLL_S)
         left = self.in_flight()
         log.info("drained" if left == 0 else "drain deadline passed", extra={"in_flight": left})
-        await asyncio.gather(*(sup.stop() for sup in self.supervisors))
+        await asyncio.gather(*(self._stop_local(m) for m in list(self.local.values())))
         await self._report_final()
         self._done.set()
         self._wake.set()
@@ -433,10 +677,16 @@ class NodeAgent:
     def status(self) -> dict:
         return {
             "node_id": self.node_id,
+            "node_state": self.node_state,
             "draining": self.draining,
             "engine": self._engine_kind(),
             "agent_url": self.agent_url,
             "node_metrics": self.node_metrics(),
-            "replicas": [{**r.report(), "pid": r.pid, "port": r.port, "argv": r.argv, "log": str(r.log_path)}
-                         for r in self.replicas],
+            "waiting": sorted(self._waiting),
+            "replicas": [{**m.replica.report(), "pid": m.replica.pid, "port": m.replica.port,
+                          "argv": m.replica.argv, "env": dict(m.replica.env), "log": str(m.replica.log_path),
+                          "pool_id": m.entry.pool_id, "variant_id": m.entry.variant_id,
+                          "served_model_name": m.entry.served_model_name,
+                          "draining_alone": m.drain_task is not None}
+                         for m in self.local.values()],
         }

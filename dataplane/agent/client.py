@@ -50,14 +50,14 @@ class ControlPlaneClient:
         return resp.json()
 
     async def register(self, node_id: str, bootstrap_token: str, facts: dict) -> dict:
-        """Spend the bootstrap token; the answer holds the node credential and the assignment."""
+        """Spend the bootstrap token; the answer holds the node credential and the replica list."""
         answer = await self._post("/register", {"node_id": node_id, "bootstrap_token": bootstrap_token, **facts},
                                   auth=False)
         self._store_credential(answer.pop("credential"))
         return answer
 
     async def resume(self, facts: dict) -> dict:
-        """A restarted agent: same credential, fresh engines (the old replicas are stopped)."""
+        """A restarted agent: same credential, fresh engines (the list names what to start again)."""
         return await self._post("/resume", facts)
 
     async def report_replicas(self, replicas: list[dict]) -> dict:

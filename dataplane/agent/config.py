@@ -22,7 +22,7 @@ class AgentOptions:
     host: str = "0.0.0.0"  # where the agent and its engines listen
     advertise_host: str | None = None  # how the edge and control plane reach them; None: detect
     port: int = 8479  # the agent's own HTTP; 0 = ephemeral
-    engine_port_base: int = 30000  # replica i listens on base + i; 0 = ephemeral
+    engine_port_base: int = 30000  # a replica listens on base + its lowest GPU index; 0 = ephemeral
     heartbeat_s: float = 5.0
     drain_grace_s: float = 5.0  # keep serving at least this long after a drain so edges see it first
     drain_deadline_s: float = 300.0  # SIGTERM drain: in-flight requests get this long

@@ -72,7 +72,9 @@ class SupervisorOptions:
 
 @dataclass
 class Replica:
-    """One engine process and what the control plane is told about it."""
+    """One engine process and what the control plane is told about it. ``id`` is the control
+    plane's (the replica list names it); ``slot`` a small number stable for the replica's life on
+    this node (its lowest GPU index)."""
 
     slot: int
     argv: list[str]
@@ -93,6 +95,7 @@ class Replica:
     max_running_requests: int | None = None
     max_total_tokens: int | None = None
     metrics: dict = field(default_factory=dict)
+    error: str | None = None  # why it failed without running (e.g. a GPU the node does not have)
     proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -101,7 +104,7 @@ class Replica:
 
     def report(self) -> dict:
         """The replica as the agent API's ``replicas[]`` entry."""
-        return {
+        out = {
             "id": self.id,
             "slot": self.slot,
             "state": self.state,
@@ -118,6 +121,9 @@ class Replica:
             "max_total_tokens": self.max_total_tokens,
             "metrics": self.metrics,
         }
+        if self.error:
+            out["error"] = self.error
+        return out
 
 
 Notify = Callable[[Replica, str], Awaitable[None]]
@@ -139,6 +145,17 @@ class Supervisor:
 
     # -- lifecycle ---------------------------------------------------------------------
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            if self._stopping.is_set():
+                # stop() may have come while a spawn was under way (it found no process to
+                # kill): the engine that spawn started must not outlive its replica.
+                await self._kill(self.options.stop_grace_s)
+                self.replica.state = STOPPED
+                self._close_log()
+
+    async def _run(self) -> None:
         r, o = self.replica, self.options
         download_s = self._first_download_s
         while not self._stopping.is_set():
@@ -186,6 +203,9 @@ class Supervisor:
         if self.replica.proc is not None and self.replica.last_exit_code is None:
             self.replica.last_exit_code = self.replica.proc.returncode
         self.replica.state = STOPPED
+        self._close_log()
+
+    def _close_log(self) -> None:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -278,6 +298,7 @@ class Supervisor:
 
 
 def build_replica(slot: int, argv: Sequence[str], env: Mapping[str, str], host: str, port: int,
-                  gpu_ids: Sequence[int], log_dir: Path) -> Replica:
+                  gpu_ids: Sequence[int], log_dir: Path, replica_id: str | None = None) -> Replica:
+    rid = replica_id or str(uuid.uuid4())
     return Replica(slot=slot, argv=list(argv), env=dict(env), port=port, url=f"http://{host}:{port}",
-                   gpu_ids=list(gpu_ids), log_path=log_dir / f"engine-{slot}.log")
+                   gpu_ids=list(gpu_ids), log_path=log_dir / f"engine-{slot}-{rid[:8]}.log", id=rid)

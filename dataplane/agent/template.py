@@ -17,7 +17,7 @@ DEFAULT_ENGINE_ARGS: Mapping[str, Any] = {"schedule_policy": "lpm"}
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """What one replica serves: comes from the control plane's assignment for this node."""
+    """What one replica serves: comes from the replica's entry in the control plane's list."""
 
     model_path: str
     served_model_name: str
@@ -50,7 +50,7 @@ def args_to_flags(args: Mapping[str, Any]) -> list[str]:
     return out
 
 
-# Flags the template sets from the control plane's assignment; copies in a node config lose.
+# Flags the template sets from the replica's entry in the control plane's list; copies in a node config lose.
 OWNED_FLAGS = frozenset({"--model-path", "--model", "--served-model-name", "--host", "--port", "--tp-size", "--tp",
                          "--quantization", "--context-length", "--enable-metrics"})
 
@@ -68,7 +68,7 @@ def group_flags(raw: Sequence[str]) -> list[list[str]]:
 
 def extra_flags(raw: Sequence[str], engine_args: Mapping[str, Any]) -> tuple[str, ...]:
     """Node-config flags minus those the template or the variant's ``engine_args`` already set, so
-    the command line carries each flag once and the assignment wins."""
+    the command line carries each flag once and the control plane's entry wins."""
     taken = OWNED_FLAGS | {flag(name) for name in engine_args}
     kept = [g for g in group_flags(raw) if g[0].split("=", 1)[0] not in taken]
     return tuple(token for group in kept for token in group)
@@ -107,22 +107,8 @@ def choose_engine(requested: str, gpus: Sequence[int]) -> str:
 
 
 def engine_env(engine: str, gpu_ids: Sequence[int]) -> dict[str, str]:
-    """Environment additions for one replica: it sees only its own GPUs."""
-    if engine != "sglang":
-        return {}
+    """Environment additions for one replica: it sees only its own GPUs, by index. The simulator
+    gets the same variable (it stands in for SGLang and reports what it was given)."""
+    if engine not in ENGINE_MODULES:
+        raise ValueError(f"unknown engine {engine!r}; expected one of {sorted(ENGINE_MODULES)}")
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpu_ids)}
-
-
-def assign_gpus(gpu_ids: Sequence[int], per_replica: int, replicas: int) -> list[list[int]]:
-    """Contiguous blocks of ``per_replica`` GPUs (neighbours share NVLink/PCIe switches, which
-    tensor parallelism wants). Raises if the node cannot hold ``replicas`` of them."""
-    if per_replica < 1 or replicas < 0:
-        raise ValueError("per_replica must be ≥ 1 and replicas ≥ 0")
-    ids = sorted(gpu_ids)
-    if per_replica * replicas > len(ids):
-        raise ValueError(f"{replicas} replica(s) × {per_replica} GPU(s) do not fit on {len(ids)} GPU(s)")
-    return [ids[i * per_replica:(i + 1) * per_replica] for i in range(replicas)]
-
-
-def replicas_that_fit(gpus: int, per_replica: int) -> int:
-    return max(1, gpus // max(1, per_replica)) if gpus else 1

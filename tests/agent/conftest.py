@@ -1,11 +1,12 @@
 """A real control plane (Postgres, uvicorn on a free port) with a pool of the ``local`` cloud, and
-node rows made the way the provisioning pipeline makes them (a bootstrap token, hashed)."""
+node rows made the way the fleet makes them (a bootstrap token, hashed), with the replica rows
+placement writes for them (desired ``running``, state ``pending``, explicit GPU indices)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -18,7 +19,7 @@ from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
 from controlplane.embedded import LOCAL_CATALOG
 from controlplane.fleet.nodes import transition
-from controlplane.models import Node, NodeState
+from controlplane.models import Node, NodeState, Replica, ReplicaDesiredState, ReplicaState
 from controlplane.services.secrets import new_token
 from infra.bootstrap import AgentConfig
 from tests.live_server import serve
@@ -85,20 +86,34 @@ def make_pool(cp: ControlPlane, tiers=("bf16",), engine_args: dict | None = None
     return Pool(r.json()["id"], variant["id"], f"{name}-{variant['tier']}")
 
 
-def make_node(cp: ControlPlane, pool: Pool, *, gpus: int = 1, ttl_s: float = 600,
-              state: NodeState = NodeState.booting) -> tuple[str, str]:
-    """A node row as the pipeline leaves it after launch: (node id, one-time bootstrap token)."""
+def make_node(cp: ControlPlane, pool: Pool, *, gpus: int = 1, replicas: Sequence[Sequence[int]] | None = None,
+              ttl_s: float = 600, state: NodeState = NodeState.booting) -> tuple[str, str]:
+    """A node row as the fleet leaves it after launch, with one replica of ``pool`` per GPU (or
+    one per GPU list in ``replicas``): (node id, one-time bootstrap token)."""
     token, digest = new_token()
     with session_scope(cp.settings) as s:
-        node = Node(pool_id=uuid.UUID(pool.id), cloud="local", region="local", zone="local-a",
-                    instance_type="sim-1gpu", gpus_total=gpus, launch_token=uuid.uuid4().hex,
-                    bootstrap_token_sha256=digest, bootstrap_expires_at=utcnow() + dt.timedelta(seconds=ttl_s))
+        node = Node(cloud="local", region="local", zone="local-a",
+                    instance_type=f"sim-{gpus}gpu" if gpus in (1, 2, 4, 8) else "sim-8gpu", gpus_total=gpus,
+                    launch_token=uuid.uuid4().hex, bootstrap_token_sha256=digest,
+                    bootstrap_expires_at=utcnow() + dt.timedelta(seconds=ttl_s))
         s.add(node)
         s.flush()
         for step in (NodeState.provisioning, NodeState.booting):
             if node.state != state:
                 transition(s, node, step, reason="test")
+        for gpu_ids in [[g] for g in range(gpus)] if replicas is None else replicas:
+            add_replica(s, str(node.id), pool, gpu_ids)
         return str(node.id), token
+
+
+def add_replica(session, node_id: str, pool: Pool, gpu_ids: Sequence[int]) -> str:
+    """A replica row as placement writes it: desired running, pending until its agent reports."""
+    replica = Replica(id=uuid.uuid4(), node_id=uuid.UUID(node_id), pool_id=uuid.UUID(pool.id),
+                      variant_id=uuid.UUID(pool.variant_id), desired_state=ReplicaDesiredState.running,
+                      state=ReplicaState.pending, gpu_ids=sorted(gpu_ids), metrics={}, ready_breakdown={}, restarts=0)
+    session.add(replica)
+    session.flush()
+    return str(replica.id)
 
 
 def agent_config(cp: ControlPlane, node_id: str, token: str, **extra) -> AgentConfig:

@@ -1,5 +1,5 @@
 """The agent API against a real control plane on Postgres: one-time tokens, scoped credentials,
-replica registration, heartbeats with commands, and drains."""
+the replica list in every answer, replica reports, heartbeats with commands, and drains."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import uuid
 import httpx
 
 from controlplane.db.engine import session_scope
-from controlplane.models import Node
+from controlplane.db.types import utcnow
+from controlplane.fleet import writes
+from controlplane.models import Node, Replica
 from controlplane.services.secrets import sha256_hex
 from tests.agent.conftest import EDGE_TOKEN, ControlPlane, make_node, make_pool
 
@@ -25,8 +27,9 @@ def bearer(credential: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {credential}"}
 
 
-def replica(state: str = "ready", **extra) -> dict:
-    return {"id": str(uuid.uuid4()), "slot": 0, "state": state, "url": "http://127.0.0.1:30000", "gpu_ids": [0],
+def replica(rid: str, state: str = "ready", **extra) -> dict:
+    """A report of the control plane's replica ``rid`` (reports of ids not placed on the node are ignored)."""
+    return {"id": rid, "slot": 0, "state": state, "url": "http://127.0.0.1:30000", "gpu_ids": [0],
             "model_ready_seconds": 3.5, "ready_breakdown": {"download": 1.0, "load": 2.0, "warmup": 0.5},
             "max_running_requests": 64, "max_total_tokens": 100000, **extra}
 
@@ -59,9 +62,13 @@ def test_bootstrap_token_is_exchanged_once_for_a_hashed_credential(cp: ControlPl
     assert r.status_code == 200, r.text
     body = r.json()
     credential = body["credential"]
-    a = body["assignment"]
-    assert a["served_model_name"] == pool.served_model_name and a["model_path"] == "Qwen/Qwen2.5-0.5B-Instruct"
-    assert a["replicas"] == 2 and a["gpus_per_replica"] == 1 and a["engine_args"] == {"mem_fraction_static": 0.8}
+    assert "assignment" not in body and body["node_id"] == node_id and body["node_state"] == "booting"
+    listed = body["replicas"]
+    assert sorted(e["gpu_ids"] for e in listed) == [[0], [1]] and len({e["id"] for e in listed}) == 2
+    for e in listed:
+        assert e["served_model_name"] == pool.served_model_name and e["model_path"] == "Qwen/Qwen2.5-0.5B-Instruct"
+        assert e["engine_args"] == {"mem_fraction_static": 0.8} and e["desired_state"] == "running"
+        assert e["pool_id"] == pool.id and e["variant_id"] == pool.variant_id and e["drain_deadline_s"] > 0
     with session_scope(cp.settings) as s:
         node = s.get(Node, uuid.UUID(node_id))
         assert node.credential_sha256 == sha256_hex(credential)  # only the hash is stored
@@ -72,6 +79,7 @@ def test_bootstrap_token_is_exchanged_once_for_a_hashed_credential(cp: ControlPl
     assert again.status_code == 401  # the token is spent
     ok = cp.post("/internal/v1/agents/heartbeat", {"replicas": []}, headers=bearer(credential))
     assert ok.status_code == 200 and ok.json()["commands"] == []
+    assert {e["id"] for e in ok.json()["replicas"]} == {e["id"] for e in listed}  # every answer carries the list
 
 
 def test_expired_wrong_and_foreign_tokens_are_refused_alike(cp: ControlPlane):
@@ -88,11 +96,18 @@ def test_expired_wrong_and_foreign_tokens_are_refused_alike(cp: ControlPlane):
     assert register(cp, node_a, token_a).status_code == 200  # the failed attempts did not burn it
 
 
+def placed(answer: dict) -> str:
+    """The id of the one replica an answer lists."""
+    (entry,) = answer["replicas"]
+    return entry["id"]
+
+
 def test_replicas_register_and_reach_the_edge_snapshot_and_node_turns_ready(cp: ControlPlane):
     pool = make_pool(cp)
     node_id, token = make_node(cp, pool)
-    credential = register(cp, node_id, token).json()["credential"]
-    starting = replica("starting")
+    answer = register(cp, node_id, token).json()
+    credential = answer["credential"]
+    starting = replica(placed(answer), "starting")
     r = cp.post("/internal/v1/agents/replicas", {"replicas": [starting]}, headers=bearer(credential))
     assert r.status_code == 200 and r.json() == {"applied": 1}
     assert routable(cp) == []  # not routable until ready
@@ -114,8 +129,9 @@ def test_a_credential_writes_only_its_own_node(cp: ControlPlane):
     pool = make_pool(cp)
     (a, ta), (b, tb) = make_node(cp, pool), make_node(cp, pool)
     cred_a = register(cp, a, ta).json()["credential"]
-    cred_b = register(cp, b, tb).json()["credential"]
-    theirs = replica()
+    answer_b = register(cp, b, tb).json()
+    cred_b = answer_b["credential"]
+    theirs = replica(placed(answer_b))
     assert cp.post("/internal/v1/agents/replicas", {"replicas": [theirs]}, headers=bearer(cred_b)).status_code == 200
 
     hijack = {**theirs, "url": "http://evil:1"}
@@ -128,9 +144,10 @@ def test_a_credential_writes_only_its_own_node(cp: ControlPlane):
 def test_restart_reports_show_on_the_node_health(cp: ControlPlane):
     pool = make_pool(cp)
     node_id, token = make_node(cp, pool)
-    credential = register(cp, node_id, token).json()["credential"]
+    answer = register(cp, node_id, token).json()
+    credential = answer["credential"]
     at = dt.datetime.now(dt.UTC).isoformat()
-    crashed = replica("starting", restarts=1, last_exit_code=-9, last_restart_at=at)
+    crashed = replica(placed(answer), "starting", restarts=1, last_exit_code=-9, last_restart_at=at)
     cp.post("/internal/v1/agents/heartbeat", {"replicas": [crashed]}, headers=bearer(credential))
     health = cp.get_admin(f"/admin/v1/nodes/{node_id}")["metrics"]["health"]
     assert health["restarts"] == 1 and health["last_restart"]["exit_code"] == -9
@@ -140,8 +157,9 @@ def test_restart_reports_show_on_the_node_health(cp: ControlPlane):
 def test_admin_drain_stops_routing_at_once_and_commands_the_agent(cp: ControlPlane):
     pool = make_pool(cp)
     node_id, token = make_node(cp, pool)
-    credential = register(cp, node_id, token).json()["credential"]
-    ready = replica("ready")
+    answer = register(cp, node_id, token).json()
+    credential = answer["credential"]
+    ready = replica(placed(answer), "ready")
     cp.post("/internal/v1/agents/heartbeat", {"replicas": [ready]}, headers=bearer(credential))
     assert len(routable(cp, bool)) == 1
 
@@ -163,23 +181,50 @@ def test_admin_drain_stops_routing_at_once_and_commands_the_agent(cp: ControlPla
 def test_agent_sigterm_drain_moves_the_node_to_draining(cp: ControlPlane):
     pool = make_pool(cp)
     node_id, token = make_node(cp, pool)
-    credential = register(cp, node_id, token).json()["credential"]
-    cp.post("/internal/v1/agents/heartbeat", {"replicas": [replica("ready")]}, headers=bearer(credential))
+    answer = register(cp, node_id, token).json()
+    credential, rid = answer["credential"], placed(answer)
+    cp.post("/internal/v1/agents/heartbeat", {"replicas": [replica(rid, "ready")]}, headers=bearer(credential))
     hb = cp.post("/internal/v1/agents/heartbeat", {"draining": True, "drain_deadline_s": 30,
-                                                   "replicas": [replica("draining")]}, headers=bearer(credential))
+                                                   "replicas": [replica(rid, "draining")]}, headers=bearer(credential))
     assert hb.json()["commands"][0]["type"] == "drain"
     assert cp.get_admin(f"/admin/v1/nodes/{node_id}")["state"] == "draining"
 
 
-def test_resume_keeps_the_credential_and_retires_old_replicas(cp: ControlPlane):
+def test_resume_keeps_the_credential_and_lists_the_wanted_replicas_again(cp: ControlPlane):
     pool = make_pool(cp)
     node_id, token = make_node(cp, pool)
-    credential = register(cp, node_id, token).json()["credential"]
-    old = replica("ready")
+    answer = register(cp, node_id, token).json()
+    credential = answer["credential"]
+    old = replica(placed(answer), "ready")
     cp.post("/internal/v1/agents/replicas", {"replicas": [old]}, headers=bearer(credential))
+    assert len(routable(cp, bool)) == 1
     r = cp.post("/internal/v1/agents/resume", FACTS, headers=bearer(credential))
     assert r.status_code == 200 and "credential" not in r.json()
-    assert r.json()["assignment"]["served_model_name"] == pool.served_model_name
+    # Its engine died with the old agent: not routable, pending, and listed to be started again.
+    (entry,) = r.json()["replicas"]
+    assert entry["id"] == old["id"] and entry["desired_state"] == "running"
+    assert entry["served_model_name"] == pool.served_model_name
     states = {x["id"]: x["state"] for x in cp.get_admin(f"/admin/v1/replicas?node_id={node_id}")["items"]}
-    assert states == {old["id"]: "stopped"}
+    assert states == {old["id"]: "pending"}
     assert routable(cp, lambda rs: not rs) == []
+
+
+def test_a_replica_told_to_stop_is_listed_stopped_until_reported_stopped(cp: ControlPlane):
+    pool = make_pool(cp)
+    node_id, token = make_node(cp, pool, gpus=2)
+    answer = register(cp, node_id, token).json()
+    credential = answer["credential"]
+    keep, stop = (e["id"] for e in answer["replicas"])
+    hb = {"replicas": [replica(keep, "ready"), replica(stop, "ready")]}
+    cp.post("/internal/v1/agents/heartbeat", hb, headers=bearer(credential))
+    with session_scope(cp.settings) as s:
+        row = s.get(Replica, uuid.UUID(stop))
+        writes.stop_replica(row, {row.node_id: s.get(Node, row.node_id)}, utcnow(), cp.settings, reason="test")
+    listed = cp.post("/internal/v1/agents/heartbeat", hb, headers=bearer(credential)).json()["replicas"]
+    assert {e["id"]: e["desired_state"] for e in listed} == {keep: "running", stop: "stopped"}
+    assert 0 < next(e for e in listed if e["id"] == stop)["drain_deadline_s"] <= cp.settings.drain_timeout_s
+    # A lagging agent still says "ready": the control plane keeps it out of rotation.
+    assert {x["id"]: x["state"] for x in routable(cp)} == {keep: "ready", stop: "draining"}
+    done = {"replicas": [replica(keep, "ready"), replica(stop, "stopped")]}
+    listed = cp.post("/internal/v1/agents/heartbeat", done, headers=bearer(credential)).json()["replicas"]
+    assert [e["id"] for e in listed] == [keep]  # stopped and told: no longer listed, the agent forgets it

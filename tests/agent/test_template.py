@@ -7,7 +7,6 @@ import pytest
 from dataplane.agent.template import (
     EngineSpec,
     args_to_flags,
-    assign_gpus,
     choose_engine,
     engine_command,
     engine_env,
@@ -50,9 +49,9 @@ def test_bf16_variant_has_no_quantization_and_variant_args_override_defaults():
     assert argv[argv.index("--schedule-policy") + 1] == "fcfs" and argv.count("--schedule-policy") == 1
 
 
-def test_node_config_flags_never_override_the_assignment():
+def test_node_config_flags_never_override_the_control_planes_entry():
     # The provisioning pipeline's user data repeats model flags (with its own served name); the
-    # assignment's values win and every flag appears once; flags only the node knows are kept.
+    # control plane's values win and every flag appears once; flags only the node knows are kept.
     spec = EngineSpec(model_path="m", served_model_name="m-bf16", engine_args={"mem_fraction_static": 0.8},
                       extra_args=("--model-path", "m", "--served-model-name", "m:bf16", "--tp-size", "1",
                                   "--enable-metrics", "--mem-fraction-static", "0.8", "--log-level", "warning"))
@@ -75,12 +74,11 @@ def test_the_simulator_accepts_the_same_command_line():
 def test_flags_gpus_and_engine_choice():
     assert args_to_flags({"a_b": 1, "off": False, "none": None, "on": True, "many": [1, 2]}) == [
         "--a-b", "1", "--on", "--many", "1", "2"]
-    assert assign_gpus([3, 0, 2, 1], 2, 2) == [[0, 1], [2, 3]]
-    assert assign_gpus(range(8), 1, 3) == [[0], [1], [2]]
-    with pytest.raises(ValueError):
-        assign_gpus([0, 1], 2, 2)
+    # Every engine sees only its replica's GPUs, the simulator too (it reports what it was given).
     assert engine_env("sglang", [2, 3]) == {"CUDA_VISIBLE_DEVICES": "2,3"}
-    assert engine_env("sim", [0]) == {}
+    assert engine_env("sim", [0]) == {"CUDA_VISIBLE_DEVICES": "0"}
+    with pytest.raises(ValueError):
+        engine_env("vllm", [0])
     assert choose_engine("sglang", [0]) == "sglang" and choose_engine("sglang", []) == "sim"
     assert choose_engine("auto", []) == "sim" and choose_engine("sim", [0, 1]) == "sim"
     with pytest.raises(ValueError):
