@@ -1,5 +1,6 @@
 """Operator views: tenants and quotas, pools with replicas by state, GPU and KV use, autoscaler
-decisions with their reasons, nodes, operations and failover history.
+decisions with their reasons, the GPU fleet (billed vs allocated GPUs, $/hour by pool), nodes with
+their GPU slot maps, operations and failover history.
 
 Operators sign in with the admin token once; the console keeps a separate operator session and
 the token itself never reaches a page or a cookie.
@@ -16,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from controlplane.config import Settings
 from controlplane.console import auth, sessions, views
 from controlplane.console.web import login_page, page, redirect
+from controlplane.services import fleet_views
 
 
 class OperatorAuthController(Controller):
@@ -63,12 +65,25 @@ class OperatorConsoleController(Controller):
     @get("/pools/{pool_id:uuid}")
     async def pool_page(self, db: AsyncSession, live: sessions.Live, pool_id: uuid.UUID) -> Response:
         row, decisions, ops = await views.pool_detail(db, pool_id)
+        node_briefs = await fleet_views.node_briefs(db, {r.node_id for r in row.replicas})
         return page("operator/pool.html", live, nav="pools", operator=True, row=row, decisions=decisions,
-                    operations=ops)
+                    operations=ops, node_briefs=node_briefs)
+
+    @get("/fleet")
+    async def fleet_page(self, db: AsyncSession, live: sessions.Live) -> Response:
+        return page("operator/fleet.html", live, nav="fleet", operator=True,
+                    summary=await fleet_views.load_fleet_summary(db))
 
     @get("/nodes")
     async def nodes_page(self, db: AsyncSession, live: sessions.Live) -> Response:
-        return page("operator/nodes.html", live, nav="nodes", operator=True, nodes=await views.nodes(db))
+        nodes = await views.nodes(db)
+        return page("operator/nodes.html", live, nav="nodes", operator=True, nodes=nodes,
+                    uses=await fleet_views.node_uses(db, nodes))
+
+    @get("/nodes/{node_id:uuid}")
+    async def node_page(self, db: AsyncSession, live: sessions.Live, node_id: uuid.UUID) -> Response:
+        node = await fleet_views.load_node_page(db, node_id)
+        return page("operator/node.html", live, nav="nodes", operator=True, node=node, operations=node.operations)
 
     @get("/operations")
     async def operations_page(self, db: AsyncSession, live: sessions.Live) -> Response:

@@ -1,10 +1,10 @@
 """The real stack for browser tests: control plane under uvicorn on Postgres, one simulator replica
-and the real edge proxy pulling its snapshot from the control plane."""
+and the real edge proxy pulling its snapshot from the control plane. The fleet rows (nodes sharing
+GPUs between pools) are seeded by tests.console.fleet_rows."""
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,27 +15,16 @@ from pathlib import Path
 import httpx
 import redis as redis_sync
 from pydantic import SecretStr
-from sqlalchemy import create_engine
-from sqlalchemy.orm import Session
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
-from controlplane.models import (
-    AutoscalerDecision,
-    Node,
-    NodeState,
-    Operation,
-    OperationKind,
-    OperationState,
-    Replica,
-    ReplicaState,
-)
 from controlplane.services import usage_rollup
 from controlplane.services.edge_snapshot import served_model_name
 from dataplane.edge.process import EdgeProcess
 from dataplane.sim.process import SimProcess, free_port
 from tests.console.conftest import PASSWORD
+from tests.console.fleet_rows import seed_fleet_rows
 from tests.controlplane.conftest import ADMIN_TOKEN, EDGE_TOKEN
 from tests.controlplane.factories import create_key, create_model, create_pool, create_tenant, import_catalog
 from tests.live_server import serve
@@ -78,39 +67,17 @@ async def _seed_api(cp_url: str) -> dict:
         private = await create_model(client, admin, tiers=("bf16",))
         await create_pool(client, admin, private["variants"][0]["id"], dedicated_tenant_id=bob["id"], min_replicas=0,
                           kind="scale_to_zero")
+        # A second shared pool, so that two pools share a node in the fleet views. Its model's name sorts
+        # after the main model's, which stays the playground's first choice.
+        r = await client.post("/admin/v1/models", headers=admin, json={
+            "name": f"zeta-batch-{uuid.uuid4().hex[:6]}", "variants": [
+                {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
+                 "context_length": 8192}]})
+        assert r.status_code == 201, r.text
+        batch_model = r.json()
+        batch_pool = await create_pool(client, admin, batch_model["variants"][0]["id"])
         return {"model": model, "pool": pool, "alice": alice, "bob": bob, "bob_secret": bob_secret,
-                "private_model": private}
-
-
-def _seed_fleet(db_url: str, data: dict, replica_url: str) -> None:
-    """The node agent is not part of the console, so the ready node and replica it would register
-    are written straight through the ORM, pointing at the real simulator."""
-    now = dt.datetime.now(dt.UTC)
-    pool, variant_id = data["pool"], data["model"]["variants"][0]["id"]
-    engine = create_engine(db_url)
-    with Session(engine) as s, s.begin():
-        node = Node(pool_id=uuid.UUID(pool["id"]), state=NodeState.ready, cloud="aws", region="us-east-1",
-                    zone="us-east-1a", instance_type="g6.xlarge", gpus_total=1, launch_token=uuid.uuid4().hex,
-                    instance_id="i-0sim0console", last_heartbeat_at=now)
-        s.add(node)
-        s.flush()
-        s.add(Replica(node_id=node.id, pool_id=node.pool_id, variant_id=uuid.UUID(variant_id), state=ReplicaState.ready,
-                      url=replica_url, gpu_ids=[0], max_running_requests=32, max_total_tokens=200_000,
-                      started_at=now, ready_at=now, model_ready_seconds=41.5,
-                      ready_breakdown={"download": 20.0, "load": 17.5, "warmup": 4.0}, last_heartbeat_at=now,
-                      metrics={"token_usage": 0.25, "num_running_reqs": 0, "num_queue_reqs": 0, "cache_hit_rate": 0.5}))
-        s.add(AutoscalerDecision(pool_id=node.pool_id, current_replicas=1, target_replicas=2, action="scale_up",
-                                 reasons=["queue delay p90 1.8 s above the 1.0 s TTFT SLO for 30 s"],
-                                 signals={"rps": 4.2, "queue_ms_p90": 1800}))
-        s.add(Operation(kind=OperationKind.launch, state=OperationState.succeeded, pool_id=node.pool_id,
-                        node_id=node.id, idempotency_key=uuid.uuid4().hex, attempts=2, finished_at=now, history=[
-                            {"at": now.isoformat(), "cloud": "aws", "region": "us-east-1", "zone": "us-east-1b",
-                             "instance_type": "g6.xlarge", "spot": False,
-                             "error": "InsufficientInstanceCapacity", "scope": "zone"},
-                            {"at": now.isoformat(), "cloud": "aws", "region": "us-east-1", "zone": "us-east-1a",
-                             "instance_type": "g6.xlarge", "spot": False, "error": None},
-                        ]))
-    engine.dispose()
+                "private_model": private, "batch_model": batch_model, "batch_pool": batch_pool}
 
 
 @contextmanager
@@ -129,7 +96,7 @@ def running_stack(db_url: str, workdir: Path) -> Iterator[Stack]:
                                      "snapshot_poll_s": 0.3},
                            log_path=workdir / "edge.log")
         try:
-            _seed_fleet(db_url, data, sim.url)
+            data["fleet"] = seed_fleet_rows(db_url, data, sim.url)
             edge.start()
             yield Stack(cp_url=cp_url, edge=edge, sim=sim, db_url=db_url, settings=settings, usage_stream=stream,
                         data=data)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from controlplane.models import ApiKey
 from tests.conftest import truncate_all
 from tests.console.conftest import PASSWORD
+from tests.console.fleet_rows import EXPECTED
 from tests.console.stack import Stack, running_stack
 from tests.controlplane.conftest import ADMIN_TOKEN
 
@@ -242,4 +243,84 @@ async def test_operator_views(stack: Stack, browser: Browser) -> None:
     assert all(ADMIN_TOKEN not in c["value"] for c in cookies)
     assert {c["name"]: (c["httpOnly"], c["secure"], c["sameSite"]) for c in cookies}["nimbus_operator"] == (
         True, True, "Strict")
+    await context.close()
+
+
+async def sign_in_operator(page: Page, stack: Stack) -> None:
+    await page.goto(stack.cp_url + "/console/admin/login")
+    await page.get_by_label("Admin token").fill(ADMIN_TOKEN)
+    await page.get_by_role("button", name="Sign in").click()
+    await expect(page.locator("#tenants")).to_be_visible()
+
+
+async def test_operator_fleet_and_node_slot_map(stack: Stack, browser: Browser) -> None:
+    """Fleet totals, $/hour by pool, and a shared node's GPU slot map (rows from tests.console.fleet_rows)."""
+    ids, main, batch = stack.data["fleet"], stack.data["pool"]["name"], stack.data["batch_pool"]["name"]
+    context = await browser.new_context(**LAPTOP)
+    page = await context.new_page()
+    await sign_in_operator(page, stack)
+
+    # --- fleet view: billed vs allocated GPUs, fragmentation, $/hour split by pool
+    await page.get_by_role("link", name="Fleet", exact=True).click()
+    await expect(page.get_by_role("heading", name="Fleet", exact=True)).to_be_visible()
+    for stat in ("billed", "allocated", "free", "cost"):
+        await expect(page.locator(f"#fleet-{stat}")).to_have_text(EXPECTED[stat])
+    for name, key in ((main, "main"), (batch, "batch"), ("unallocated", "unallocated")):
+        await expect(page.locator(f'#fleet-by-pool tr[data-pool="{name}"]')).to_contain_text(EXPECTED[key])
+    groups = page.locator("#fleet-groups tbody tr")
+    await expect(groups).to_have_count(3)  # g6 on-demand, g6 spot, p5 on-demand; the terminated node is gone
+    p5 = page.locator("#fleet-groups tr", has_text="p5.48xlarge")
+    await expect(p5.locator("td").nth(5)).to_have_text("8")
+    await expect(p5.locator("td").nth(6)).to_have_text("6")
+    assert ids["gone_node"][:8] not in await page.locator("#fleet-groups").text_content()
+    await shot(page, "operator-fleet")
+
+    # --- the shared node: two pools on distinct GPU cells, a draining replica, a consolidation copy, free slots
+    await p5.get_by_role("link", name=ids["shared_node"][:8]).click()
+    await expect(page.get_by_role("heading", name=f"Node {ids['shared_node'][:8]}")).to_be_visible()
+    await expect(page.locator("#node-facts")).to_contain_text("us-east-1b")
+    await expect(page.locator("#node-price")).to_contain_text("$96.00/hour")
+    slots = page.locator("#slots > li")
+    await expect(slots).to_have_count(8)
+    cell = {i: page.locator(f'#slots > li[data-gpu="{i}"]') for i in range(8)}
+    for i in (0, 1):
+        await expect(cell[i]).to_contain_text(main)
+        await expect(cell[i]).to_contain_text("starting")
+        await expect(cell[i]).to_contain_text(ids["main_starting"][:8])
+    for i in (2, 3):
+        await expect(cell[i]).to_contain_text(batch)
+        await expect(cell[i]).to_contain_text(ids["batch_ready"][:8])
+        assert main not in await cell[i].text_content()
+    await expect(cell[4].locator(".pill").first).to_have_text("draining")  # told to stop, reported ready
+    await expect(cell[5]).to_contain_text(f"consolidation copy of {ids['sim_replica'][:8]}")
+    for i in (6, 7):
+        await expect(cell[i]).to_have_class(re.compile(r"\bfree\b"))
+        await expect(cell[i]).to_contain_text("free")
+    assert await page.locator("#slots > li.free").count() == 2
+    await shot(page, "operator-node-slots")
+
+    # --- the emptied node's consolidation record, then a slot's pool link leads to the pool's replicas
+    await page.goto(stack.cp_url + f"/console/admin/nodes/{ids['sim_node']}")
+    await expect(page.locator("#node-consolidation")).to_contain_text("delete")
+    await expect(page.locator("#node-consolidation")).to_contain_text("$0.80/hour")
+    await expect(page.locator("#node-price")).to_contain_text("catalog")
+    await expect(page.locator("table.operations")).to_contain_text("InsufficientInstanceCapacity")
+    await page.goto(stack.cp_url + f"/console/admin/nodes/{ids['shared_node']}")
+    await cell[2].get_by_role("link", name=batch).click()
+    stopping = page.locator(f'#replicas tr[data-replica="{ids["batch_stopping"]}"]')
+    await expect(stopping).to_contain_text("stopped")  # desired state
+    await expect(stopping).to_contain_text("4")  # GPU index
+    await stopping.get_by_role("link", name=ids["shared_node"][:8]).click()
+    await expect(page.locator("#slots")).to_be_visible()
+    await context.close()
+
+    # --- the new pages fit a phone
+    context = await browser.new_context(**PHONE)
+    page = await context.new_page()
+    await sign_in_operator(page, stack)
+    for path in ("/console/admin/fleet", f"/console/admin/nodes/{ids['shared_node']}"):
+        await page.goto(stack.cp_url + path)
+        overflow = await page.evaluate("document.documentElement.scrollWidth") - PHONE["viewport"]["width"]
+        assert overflow <= 0, f"{path} scrolls sideways on a phone by {overflow}px"
+    await shot(page, "phone-operator-node-slots")
     await context.close()

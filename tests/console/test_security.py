@@ -160,18 +160,21 @@ async def test_operator_views_need_their_own_session(web, api, admin):
     _, _, secret = await tenant_with_key(api, admin)
     await sign_in_with_key(web, secret)
     # a tenant session does not open operator pages
-    r = await web.get("/console/admin/pools", follow_redirects=False)
-    assert r.status_code == 303 and r.headers["location"] == "/console/admin/login"
+    for path in ("/console/admin/pools", "/console/admin/fleet", f"/console/admin/nodes/{uuid.uuid4()}"):
+        r = await web.get(path, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/console/admin/login", path
     assert (await sign_in_operator(web, "wrong-token")).status_code == 401
     ok = await sign_in_operator(web)
     assert ok.status_code == 303
     cookie = _set_cookie(ok, "nimbus_operator").lower()
     assert "httponly" in cookie and "secure" in cookie and "samesite=strict" in cookie
     assert ADMIN_TOKEN not in cookie
-    for path in ("/console/admin", "/console/admin/pools", "/console/admin/nodes", "/console/admin/operations"):
+    for path in ("/console/admin", "/console/admin/pools", "/console/admin/fleet", "/console/admin/nodes",
+                 "/console/admin/operations"):
         page = await web.get(path)
         assert page.status_code == 200, path
         assert ADMIN_TOKEN not in page.text
+    assert (await web.get(f"/console/admin/nodes/{uuid.uuid4()}")).status_code == 404
 
 
 async def test_rotating_the_admin_token_ends_operator_sessions(web, settings, admin):
