@@ -13,6 +13,7 @@ cloud I/O, so two workers never decide for the same pool at once.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import uuid
@@ -23,8 +24,9 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from controlplane.autoscaler import schedule
 from controlplane.autoscaler.config import AutoscalerConfig
-from controlplane.autoscaler.policy import decide
+from controlplane.autoscaler.policy import decide, prewarm_horizon
 from controlplane.autoscaler.signals import (
     AutoscalerState,
     NodeSignal,
@@ -299,7 +301,14 @@ def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Set
     if offers is None:
         offers = placement_catalog.offers(placement_catalog.load(session), blocklist.active_blocks(session, now), now)
     seen = observe(session, pool, now, offers)
-    decision, new_state = decide(seen.spec, seen.obs, seen.state, config)
+    config = config or AutoscalerConfig()
+    spec, floor = with_schedule(seen.spec, pool, seen.obs, config)
+    decision, new_state = decide(spec, seen.obs, seen.state, config)
+    if floor.window is not None:
+        decision = dataclasses.replace(
+            decision, reasons=(*decision.reasons, floor.reason()),
+            signals={**decision.signals, "scheduled_min_replicas": floor.min_replicas,
+                     "schedule_window": floor.window.describe()})
     current = sum(1 for r in seen.obs.replicas if r.active)
     pool.desired_replicas = decision.target_replicas
     if seen.busy:
@@ -310,6 +319,20 @@ def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Set
     action = action_of(current, decision.target_replicas)
     _record(session, pool, now, current, decision, action)
     return action
+
+
+def with_schedule(spec: PoolSpec, pool: Pool, obs: PoolObservation, config: AutoscalerConfig
+                  ) -> tuple[PoolSpec, schedule.ScheduledFloor]:
+    """The pool's spec with its scheduled floor applied. A window counts from one pre-warm horizon
+    (the policy's own: p90 model-ready time plus a tick) before it opens, so its replicas are ready
+    when it does; inside a window a scale-to-zero pool stays warm."""
+    if not pool.schedule:
+        return spec, schedule.ScheduledFloor(0, None)
+    floor = schedule.scheduled_floor(schedule.parse(pool.schedule), schedule.zone(pool.schedule_timezone), obs.now,
+                                     lead_s=prewarm_horizon(obs, config))
+    if floor.window is None or floor.min_replicas <= spec.min_replicas:
+        return spec, floor
+    return dataclasses.replace(spec, min_replicas=min(floor.min_replicas, spec.max_replicas), kind="warm"), floor
 
 
 def config_from(settings: Settings) -> AutoscalerConfig:

@@ -47,6 +47,10 @@ class Pool(UUIDPrimaryKey, Timestamps, Leased, Base):
     spot_policy: Mapped[SpotPolicy] = mapped_column(db_enum(SpotPolicy), default=SpotPolicy.on_demand)
     spot_base_on_demand: Mapped[int] = mapped_column(Integer, default=0)
     idle_timeout_s: Mapped[int] = mapped_column(Integer, default=900)
+    # Scheduled capacity: [{"days": ["mon", …], "start": "09:00", "end": "18:00", "min_replicas": 4}, …]
+    # in ``schedule_timezone`` (controlplane/autoscaler/schedule.py); floors above min_replicas.
+    schedule: Mapped[list[dict]] = mapped_column(JSONType, default=list)
+    schedule_timezone: Mapped[str] = mapped_column(String(64), default="UTC")
     paused: Mapped[bool] = mapped_column(Boolean, default=False)
     # Why the pool is not at its desired size, e.g. "capacity_unavailable"; NULL when healthy.
     capacity_status: Mapped[str | None] = mapped_column(String(64))

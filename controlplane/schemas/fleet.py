@@ -21,6 +21,15 @@ class Placement(msgspec.Struct, forbid_unknown_fields=True):
     zones: list[ShortStr] | None = None
 
 
+class ScheduleWindow(msgspec.Struct, forbid_unknown_fields=True):
+    """Minimum replicas on some days between two times of day (see controlplane/autoscaler/schedule.py)."""
+
+    days: Annotated[list[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]], msgspec.Meta(min_length=1)]
+    start: Annotated[str, msgspec.Meta(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+    end: Annotated[str, msgspec.Meta(pattern=r"^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$")]
+    min_replicas: Annotated[int, msgspec.Meta(ge=0, le=1000)]
+
+
 class PoolCreate(msgspec.Struct, forbid_unknown_fields=True):
     name: Name
     variant_id: uuid.UUID
@@ -33,6 +42,8 @@ class PoolCreate(msgspec.Struct, forbid_unknown_fields=True):
     spot_base_on_demand: Replicas = 0
     idle_timeout_s: Annotated[int, msgspec.Meta(ge=0, le=7 * 86400)] = 900
     dedicated_tenant_id: uuid.UUID | None = None
+    schedule: Annotated[list[ScheduleWindow], msgspec.Meta(max_length=50)] = []
+    schedule_timezone: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] = "UTC"
 
 
 class PoolUpdate(msgspec.Struct, forbid_unknown_fields=True):
@@ -45,6 +56,8 @@ class PoolUpdate(msgspec.Struct, forbid_unknown_fields=True):
     spot_base_on_demand: Replicas | None = None
     idle_timeout_s: Annotated[int, msgspec.Meta(ge=0, le=7 * 86400)] | None = None
     paused: bool | None = None
+    schedule: Annotated[list[ScheduleWindow], msgspec.Meta(max_length=50)] | None = None
+    schedule_timezone: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
 
 
 class PoolOut(msgspec.Struct):
@@ -68,6 +81,9 @@ class PoolOut(msgspec.Struct):
     replicas_by_state: dict[str, int]
     created_at: dt.datetime
     updated_at: dt.datetime
+    schedule: list[ScheduleWindow] = []
+    schedule_timezone: str = "UTC"
+    scheduled_min_replicas: int | None = None  # the floor the schedule sets right now, if any
 
 
 class NodeOut(msgspec.Struct):

@@ -8,6 +8,8 @@ import msgspec
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from controlplane.autoscaler import schedule
+from controlplane.db.types import utcnow
 from controlplane.models import (
     Cloud,
     InstanceType,
@@ -20,7 +22,7 @@ from controlplane.models import (
     Tenant,
 )
 from controlplane.models.catalog import Zone
-from controlplane.schemas.fleet import Placement, PoolCreate, PoolOut, PoolUpdate
+from controlplane.schemas.fleet import Placement, PoolCreate, PoolOut, PoolUpdate, ScheduleWindow
 from controlplane.services import audit
 from controlplane.services import models as model_service
 from controlplane.services.errors import Conflict, FieldError, Invalid, NotFound
@@ -50,7 +52,19 @@ def pool_out(p: Pool, replicas_by_state: dict[str, int] | None = None) -> PoolOu
         replicas_by_state=replicas_by_state or {},
         created_at=p.created_at,
         updated_at=p.updated_at,
+        schedule=[msgspec.convert(w, ScheduleWindow) for w in p.schedule or []],
+        schedule_timezone=p.schedule_timezone or "UTC",
+        scheduled_min_replicas=scheduled_min_now(p),
     )
+
+
+def scheduled_min_now(p: Pool) -> int | None:
+    """The floor the pool's schedule sets at this moment (None without an active window)."""
+    if not p.schedule:
+        return None
+    floor = schedule.scheduled_floor(schedule.parse(p.schedule), schedule.zone(p.schedule_timezone),
+                                     utcnow().timestamp())
+    return floor.min_replicas if floor.window is not None else None
 
 
 async def replicas_by_state(session: AsyncSession, pool_ids: list[uuid.UUID]) -> dict[uuid.UUID, dict[str, int]]:
@@ -130,6 +144,11 @@ async def _validate(session: AsyncSession, pool: Pool, variant: ModelVariant, pl
         errors.append(FieldError("max_replicas", "a warm pool needs max_replicas of at least 1"))
     if pool.spot_policy == SpotPolicy.on_demand and pool.spot_base_on_demand:
         errors.append(FieldError("spot_base_on_demand", "only meaningful with a spot policy"))
+    try:
+        schedule.parse(pool.schedule or [], max_replicas=pool.max_replicas)
+        schedule.zone(pool.schedule_timezone)
+    except schedule.ScheduleError as exc:
+        errors.append(FieldError(exc.field, exc.message))
     if errors:
         raise Invalid("invalid pool", errors)
     if not await _fitting_types(session, variant, placement):
@@ -170,6 +189,8 @@ async def create(session: AsyncSession, principal: Principal, body: PoolCreate) 
         spot_policy=SpotPolicy(body.spot_policy),
         spot_base_on_demand=body.spot_base_on_demand,
         idle_timeout_s=body.idle_timeout_s,
+        schedule=[msgspec.to_builtins(w) for w in body.schedule],
+        schedule_timezone=body.schedule_timezone,
     )
     await _validate(session, pool, variant, body.placement)
     session.add(pool)
@@ -182,7 +203,10 @@ async def update(session: AsyncSession, principal: Principal, pool_id: uuid.UUID
     pool = await get(session, pool_id)
     before = audit.snapshot(pool)
     placement = body.placement if body.placement is not None else [msgspec.convert(x, Placement) for x in pool.placement]
-    for field in ("min_replicas", "max_replicas", "ttft_slo_ms", "spot_base_on_demand", "idle_timeout_s", "paused"):
+    if body.schedule is not None:
+        pool.schedule = [msgspec.to_builtins(w) for w in body.schedule]
+    for field in ("min_replicas", "max_replicas", "ttft_slo_ms", "spot_base_on_demand", "idle_timeout_s", "paused",
+                  "schedule_timezone"):
         if getattr(body, field) is not None:
             setattr(pool, field, getattr(body, field))
     if body.kind is not None:

@@ -9,6 +9,7 @@
   make-before-break move) and ``drain_deadline_at``; ``state`` gains ``pending`` (placed, not yet
   started by its agent). Existing replicas that still run are desired running, the rest stopped.
 * ``model_variants.profiled_tokens_per_s``: one replica's measured throughput per GPU type.
+* ``pools.schedule`` / ``schedule_timezone``: minimum replicas by time of day and day of week.
 * Launches that had not reached a cloud yet (``pending`` nodes) were planned a node per replica;
   they are failed here, with their launch operations, and the new placement plans them again.
   A ``provisioning`` node keeps going: its VM may exist, and the launcher still owns it. Its
@@ -47,6 +48,11 @@ def upgrade() -> None:
     bind.execute(sa.update(variants).values(profiled_tokens_per_s={}))
     with op.batch_alter_table("model_variants", schema=None) as batch_op:
         batch_op.alter_column("profiled_tokens_per_s", existing_type=controlplane.db.types.JSONType, nullable=False)
+    with op.batch_alter_table("pools", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("schedule", controlplane.db.types.JSONType, nullable=False,
+                                      server_default=sa.text("'[]'")))
+        batch_op.add_column(sa.Column("schedule_timezone", sa.String(length=64), nullable=False,
+                                      server_default="UTC"))
     with op.batch_alter_table("nodes", schema=None) as batch_op:
         batch_op.add_column(sa.Column("dedicated_tenant_id", sa.Uuid(), nullable=True))
         batch_op.add_column(sa.Column("launch_spec", controlplane.db.types.JSONType, nullable=True))
@@ -145,3 +151,6 @@ def downgrade() -> None:
         batch_op.drop_column("dedicated_tenant_id")
     with op.batch_alter_table("model_variants", schema=None) as batch_op:
         batch_op.drop_column("profiled_tokens_per_s")
+    with op.batch_alter_table("pools", schema=None) as batch_op:
+        batch_op.drop_column("schedule_timezone")
+        batch_op.drop_column("schedule")

@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from controlplane.db.engine import session_scope
 from controlplane.fleet.autoscaling import autoscale_pool, autoscale_tick, histogram_quantile
+from controlplane.fleet.reconcile import fleet_tick
 from controlplane.models import (
     AutoscalerDecision,
     Model,
@@ -24,6 +25,7 @@ from controlplane.models import (
     PoolKind,
     Quota,
     Replica,
+    ReplicaDesiredState,
     ReplicaState,
     Tenant,
     UsageMinute,
@@ -52,11 +54,13 @@ def make_pool(settings, *, kind=PoolKind.warm, min_replicas=1, max_replicas=4, r
         s.add(pool)
         s.flush()
         for i in range(replicas):
-            node = Node(pool_id=pool.id, state=NodeState.ready, launch_token=uuid.uuid4().hex, gpus_total=gpu_count,
-                        cloud="local", region="local", zone="local-a")
+            node = Node(state=NodeState.ready, launch_token=uuid.uuid4().hex, gpus_total=gpu_count,
+                        cloud="local", region="local", zone="local-a", instance_id=f"local-{i}",
+                        launch_spec={"cloud": "local", "region": "local", "gpu_count": gpu_count, "gpu_type": "sim"})
             s.add(node)
             s.flush()
             s.add(Replica(node_id=node.id, pool_id=pool.id, variant_id=variant.id, state=ReplicaState.ready,
+                          gpu_ids=list(range(gpu_count)),
                           url=f"http://127.0.0.1:{30000 + i}", max_running_requests=32,
                           started_at=T0 - dt.timedelta(hours=1), ready_at=T0 - dt.timedelta(minutes=59),
                           model_ready_seconds=40.0, metrics=dict(metrics or {})))
@@ -100,7 +104,7 @@ def test_saturated_replica_scales_up_and_records_why(settings) -> None:
         assert any("panic" in r or "scale up" in r.lower() or "need" in r for r in d.reasons), d.reasons
 
 
-def test_idle_pool_shrinks_only_after_the_hold_and_drains_first(settings) -> None:
+def test_idle_pool_shrinks_only_after_the_hold_and_the_fleet_stops_replicas_not_nodes(settings) -> None:
     idle = {"num_running_reqs": 0, "num_queue_reqs": 0, "token_usage": 0.01}
     pool_id = make_pool(settings, replicas=3, min_replicas=1, max_replicas=4, metrics=idle)
     assert tick(settings, pool_id, T0) in ("hold", "scale_down")
@@ -109,23 +113,28 @@ def test_idle_pool_shrinks_only_after_the_hold_and_drains_first(settings) -> Non
     for k in range(1, 6):
         tick(settings, pool_id, T0 + dt.timedelta(seconds=10 * k))
     assert pool_row(settings, pool_id).desired_replicas == first == 3
-    # after the scale-down hold the pool gives capacity back, by draining (never killing) replicas
+    # after the scale-down hold the pool gives capacity back
     for k in range(1, 80):
         tick(settings, pool_id, T0 + dt.timedelta(seconds=60 + 10 * k))
     pool = pool_row(settings, pool_id)
     with session_scope(settings) as s:
         last = s.scalars(select(AutoscalerDecision).where(AutoscalerDecision.pool_id == pool_id)
                          .order_by(AutoscalerDecision.created_at.desc())).first()
-    assert pool.desired_replicas < 3, (last.reasons, last.signals)
-    with session_scope(settings) as s:
-        draining = s.scalars(select(Node).where(Node.pool_id == pool_id, Node.state == NodeState.draining)).all()
-        ready = s.scalars(select(Node).where(Node.pool_id == pool_id, Node.state == NodeState.ready)).all()
-        assert len(draining) == 3 - pool.desired_replicas and len(ready) == pool.desired_replicas
-        assert all(n.drain_deadline_at is not None or settings.drain_timeout_s <= 0 for n in draining)
-        states = {r.state for r in s.scalars(select(Replica).where(Replica.node_id.in_([n.id for n in draining])))}
-        assert states <= {ReplicaState.draining}
         actions = s.scalars(select(AutoscalerDecision.action).where(AutoscalerDecision.pool_id == pool_id)).all()
-        assert "scale_down" in actions
+    assert pool.desired_replicas < 3, (last.reasons, last.signals)
+    assert "scale_down" in actions
+    # The autoscaler only says how many; the fleet tick picks which replicas stop (by draining,
+    # never killing), and leaves their nodes to the empty-node TTL.
+    with session_scope(settings) as s:
+        assert fleet_tick(s, settings, T0 + dt.timedelta(seconds=900)).stopped == 3 - pool.desired_replicas
+    with session_scope(settings) as s:
+        replicas = s.scalars(select(Replica).where(Replica.pool_id == pool_id)).all()
+        stopping = [r for r in replicas if r.desired_state == ReplicaDesiredState.stopped]
+        assert len(stopping) == 3 - pool.desired_replicas
+        assert {r.state for r in stopping} == {ReplicaState.draining}
+        assert all(r.drain_deadline_at is not None for r in stopping)
+        nodes = s.scalars(select(Node).where(Node.id.in_([r.node_id for r in replicas]))).all()
+        assert {n.state for n in nodes} == {NodeState.ready}  # no node is drained for a scale-down
 
 
 def test_scale_to_zero_after_idle_timeout_and_back_on_activation(settings) -> None:
@@ -205,3 +214,39 @@ def test_rate_history_holds_only_finished_minutes_and_ends_with_the_live_rate(se
     assert history == [((T0 + dt.timedelta(minutes=2)).timestamp(), 100.0), (now.timestamp(), 50.0)]
     assert [t for t, _ in history] == sorted(t for t, _ in history)
     assert seen.obs.last_request_at == now.timestamp()  # busy now; the running minute still counts as use
+
+
+# ---------------------------------------------------------------- scheduled capacity
+WEEKDAYS_9_TO_18 = [{"days": ["mon", "tue", "wed", "thu", "fri"], "start": "09:00", "end": "18:00",
+                     "min_replicas": 3}]
+
+
+def test_scheduled_floor_holds_the_pool_up_inside_its_window_and_says_so(settings) -> None:
+    idle = {"num_running_reqs": 0, "num_queue_reqs": 0, "token_usage": 0.0}
+    pool_id = make_pool(settings, replicas=1, min_replicas=1, max_replicas=4, metrics=idle)
+    with session_scope(settings) as s:
+        s.get(Pool, pool_id).schedule = WEEKDAYS_9_TO_18
+    # T0 is Sunday 2026-11-29 12:00 UTC: no window applies, the pool stays at its minimum.
+    assert tick(settings, pool_id, T0) == "hold"
+    assert pool_row(settings, pool_id).desired_replicas == 1
+    monday_noon = T0 + dt.timedelta(days=1)
+    assert tick(settings, pool_id, monday_noon) == "scale_up"
+    assert pool_row(settings, pool_id).desired_replicas == 3
+    with session_scope(settings) as s:
+        d = s.scalars(select(AutoscalerDecision).where(AutoscalerDecision.pool_id == pool_id)
+                      .order_by(AutoscalerDecision.created_at.desc())).first()
+    assert d.signals["scheduled_min_replicas"] == 3
+    assert any(r.startswith("schedule: mon,tue,wed,thu,fri 09:00–18:00 min 3") for r in d.reasons), d.reasons
+
+
+def test_scheduled_window_is_warm_before_it_opens(settings) -> None:
+    """The floor applies one pre-warm horizon early (p90 model-ready time, 40 s here, plus a tick)."""
+    pool_id = make_pool(settings, replicas=1, min_replicas=1, max_replicas=4,
+                        metrics={"num_running_reqs": 0, "num_queue_reqs": 0})
+    with session_scope(settings) as s:
+        s.get(Pool, pool_id).schedule = WEEKDAYS_9_TO_18
+    monday_9 = dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
+    tick(settings, pool_id, monday_9 - dt.timedelta(minutes=10))
+    assert pool_row(settings, pool_id).desired_replicas == 1  # too early
+    tick(settings, pool_id, monday_9 - dt.timedelta(seconds=30))
+    assert pool_row(settings, pool_id).desired_replicas == 3  # ready by 09:00
