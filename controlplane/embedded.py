@@ -342,7 +342,7 @@ class Platform:
                 pool = next((p for p in pools if p["name"] == pool_name), None) or check(
                     api.post("/pools", json={"name": pool_name, "variant_id": variant["id"],
                                              "placement": [{"cloud": "local", "region": "local"}],
-                                             "min_replicas": 0, "max_replicas": 0}))
+                                             "min_replicas": 0, "max_replicas": 1}))
                 demo_pools.append(pool)
             demo_pools = [
                 check(api.patch(f"/pools/{p['id']}", json={"min_replicas": DEMO_REPLICAS, "max_replicas": DEMO_REPLICAS,
