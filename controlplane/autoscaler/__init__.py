@@ -9,6 +9,7 @@ from controlplane.autoscaler.decision import Decision
 from controlplane.autoscaler.policy import decide
 from controlplane.autoscaler.signals import (
     AutoscalerState,
+    EdgeSignals,
     PoolObservation,
     PoolSpec,
     ReplicaSignal,
@@ -18,6 +19,7 @@ __all__ = [
     "AutoscalerConfig",
     "AutoscalerState",
     "Decision",
+    "EdgeSignals",
     "PoolObservation",
     "PoolSpec",
     "ReplicaSignal",

@@ -56,5 +56,8 @@ class AutoscalerConfig:
     season_s: float = 86400.0
     # The window the engines' TTFT p95 covers (Prometheus range of the executor's query).
     ttft_window_s: float = 60.0
-    # SLO feedback: while p95 TTFT breaches the SLO, add a replica at most this often.
+    # SLO feedback: while TTFT breaches the SLO, add a replica at most this often.
     slo_breach_step_interval_s: float | None = None  # None: the pool's p90 model-ready time
+    # The edges' client-side TTFT p90 replaces the engines' p95 in the SLO feedback once this
+    # many streamed first tokens back it (fewer: a p90 of a handful of requests is noise).
+    edge_ttft_min_samples: int = 20

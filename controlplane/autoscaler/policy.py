@@ -4,12 +4,14 @@
 
 * ``measure_demand``   how many replicas' worth of work is there now? The token rate over the
                        per-replica capacity (profiled, times a scale learned from TTFT), and
-                       the engines' batch slots and KV pool when no backlog distorts them.
+                       the engines' batch slots and KV pool when no backlog distorts them,
+                       plus the backlog only the edges see (their fair queues).
 * ``tune_capacity_scale`` / ``cut_capacity_scale``  SLO feedback on that capacity.
 * ``reactive_need``    Knative-style stable and panic windows over the demand; a queue that
                        outgrows the pool triggers panic too (queues lead TTFT for LLMs).
 * ``predictive_need``  the forecast peak within one cold start (p90 model-ready time).
-* ``slo_breach_need``  one more replica when p95 TTFT breaches the SLO of a settled pool.
+* ``slo_breach_need``  one more replica when TTFT breaches the SLO of a settled pool: the
+                       edges' client-side p90 when they report it, else the engines' p95.
 * ``apply_hysteresis`` up at once with headroom; down only when a hold window agrees.
 * ``kind_floor`` / ``clamp_target``  warm floor, scale-to-zero, max replicas, tenant GPU quota.
 
@@ -31,6 +33,7 @@ from controlplane.autoscaler.decision import Decision
 from controlplane.autoscaler.forecast import Forecast, forecast_peak
 from controlplane.autoscaler.signals import (
     AutoscalerState,
+    EdgeSignals,
     PoolObservation,
     PoolSpec,
     ReplicaSignal,
@@ -43,6 +46,9 @@ EPS = 1e-9
 # Demand
 
 
+ENGINE_TTFT, EDGE_TTFT = "engine_ttft_p95_s", "edge_ttft_p90_s"
+
+
 @dataclass(frozen=True)
 class Demand:
     """Work on the pool right now, in replicas' worth at the planned utilization."""
@@ -50,14 +56,35 @@ class Demand:
     engine_units: float  # Σ over ready replicas of the scarcer of batch slots and KV pool, / target
     rate_units: float | None  # recent token rate / effective per-replica capacity
     load_per_replica: float | None  # token rate / profiled capacity / ready replicas
-    queue_total: int
+    queue_total: int  # the engines' queues plus the edges' backlog
     ready: int
     token_rate: float | None
     ttft_p95_s: float | None  # worst ready replica
+    edge_waiting: int = 0  # requests the edges hold that no replica has taken
+    backlog_units: float = 0.0  # edge_waiting in replicas' worth of batch slots, / target
+    slo_ttft_s: float | None = None  # what the SLO is judged on (see ``slo_ttft``)
+    slo_ttft_source: str | None = None  # EDGE_TTFT or ENGINE_TTFT
+
+    @property
+    def served_units(self) -> float:
+        """What the replicas are doing: the engines' gauges or the token rate they serve."""
+        return max(self.engine_units, self.rate_units or 0.0)
 
     @property
     def units(self) -> float:
-        return max(self.engine_units, self.rate_units or 0.0)
+        # The edges' backlog is work on top of what the engines report: neither their gauges
+        # nor the served token rate include requests no replica has taken. As replicas take
+        # it, the served share rises by what the backlog loses, so the sum does not run away.
+        return self.served_units + self.backlog_units
+
+    @property
+    def source(self) -> str:
+        """The signal that sized the demand, for the decision's ``acted_on``."""
+        if self.backlog_units > 0 and self.backlog_units >= self.served_units:
+            return "edge_queue"
+        if self.rate_units is not None and self.rate_units >= self.engine_units:
+            return "token_rate"
+        return "engine_gauges"
 
 
 def replica_utilization(replica: ReplicaSignal, count_queue: bool = False) -> float:
@@ -76,6 +103,17 @@ def latest_rate(history: Sequence[tuple[float, float]], now: float, max_age_s: f
     return history[-1][1]
 
 
+def slo_ttft(edge: EdgeSignals | None, engine_p95_s: float | None,
+             config: AutoscalerConfig) -> tuple[float | None, str | None]:
+    """The TTFT the SLO is judged on: what clients see at the edges (p90, edge queueing
+    included) once enough streamed first tokens back it, else the engines' p95."""
+    if edge is not None and edge.ttft_p90_s is not None and edge.ttft_samples >= config.edge_ttft_min_samples:
+        return edge.ttft_p90_s, EDGE_TTFT
+    if engine_p95_s is not None:
+        return engine_p95_s, ENGINE_TTFT
+    return None, None
+
+
 def measure_demand(obs: PoolObservation, capacity_tok_s: float | None, scale: float,
                    config: AutoscalerConfig) -> Demand:
     ready = [r for r in obs.replicas if r.state == "ready"]
@@ -85,13 +123,23 @@ def measure_demand(obs: PoolObservation, capacity_tok_s: float | None, scale: fl
         rate_units = token_rate / (capacity_tok_s * scale)
         load = token_rate / capacity_tok_s / len(ready) if ready else None
     p95s = [r.ttft_p95_s for r in ready if r.ttft_p95_s is not None]
-    queue_total = sum(r.num_queue_reqs for r in ready)
+    ttft_p95 = max(p95s) if p95s else None
+    # The edges cap each replica at its batch slots and queue the rest: backlog the engines
+    # never see. In replicas' worth it is the waiting requests over the ready replicas' slots;
+    # with no replica ready there is nothing to size it by (the floor or activation starts one).
+    edge_waiting = obs.edge.waiting if obs.edge is not None else 0
+    backlog_units = 0.0
+    if edge_waiting and ready:
+        slots = sum(max(1, r.max_running_requests) for r in ready) / len(ready)
+        backlog_units = edge_waiting / slots / config.engine_target_utilization
+    queue_total = sum(r.num_queue_reqs for r in ready) + edge_waiting
     # While a backlog is being worked off every replica's batch and KV pool are full whatever
     # the arrival rate, so engine gauges would ask for ready/target replicas, then more, in a
     # loop. With a rate signal the backlog only triggers panic; the rate sizes the step.
     engine_units = 0.0
     if rate_units is None or queue_total == 0:
         engine_units = sum(replica_utilization(r, rate_units is None) for r in ready)
+    slo_s, source = slo_ttft(obs.edge, ttft_p95, config)
     return Demand(
         engine_units=engine_units / config.engine_target_utilization,
         rate_units=rate_units,
@@ -99,7 +147,11 @@ def measure_demand(obs: PoolObservation, capacity_tok_s: float | None, scale: fl
         queue_total=queue_total,
         ready=len(ready),
         token_rate=token_rate,
-        ttft_p95_s=max(p95s) if p95s else None,
+        ttft_p95_s=ttft_p95,
+        edge_waiting=edge_waiting,
+        backlog_units=backlog_units,
+        slo_ttft_s=slo_s,
+        slo_ttft_source=source,
     )
 
 
@@ -119,14 +171,14 @@ def learn_capacity(previous: float | None, obs: PoolObservation, config: Autosca
 def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, settled: bool,
                         config: AutoscalerConfig) -> float:
     """SLO feedback on how much of the profiled capacity a replica really delivers: grow it
-    slowly while a settled pool at its planned load keeps p95 TTFT well inside the SLO.
+    slowly while a settled pool at its planned load keeps TTFT (``slo_ttft``) well inside the SLO.
 
     A profile is taken on one replica in isolation; behind a load balancer a pool absorbs
     more before its TTFT suffers. The way back down is ``cut_capacity_scale`` on a breach."""
-    load, p95 = demand.load_per_replica, demand.ttft_p95_s
-    if load is None or p95 is None or not settled:
+    load, ttft = demand.load_per_replica, demand.slo_ttft_s
+    if load is None or ttft is None or not settled:
         return scale
-    if p95 < config.capacity_scale_slack * slo_s and load >= 0.9 * scale:
+    if ttft < config.capacity_scale_slack * slo_s and load >= 0.9 * scale:
         scale *= 1 + config.capacity_scale_up_step
     return min(config.capacity_scale_max, max(config.capacity_scale_min, scale))
 
@@ -226,14 +278,17 @@ def predictive_need(obs: PoolObservation, capacity_tok_s: float | None, horizon_
 
 def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now: float,
                     step_interval_s: float, config: AutoscalerConfig) -> int:
-    """One more replica while p95 TTFT breaches the SLO on a pool that looks big enough.
+    """One more replica while TTFT breaches the SLO on a pool that looks big enough: the edges'
+    client-side p90 when they report it (what users get, edge queueing included), else the
+    engines' p95 (``slo_ttft``).
 
-    The p95 covers the last ``ttft_window_s``, so it still remembers a backlog (or a cold
-    start) that was already acted on: the step waits until the last panic and the last
-    scale-up's replicas are a full window behind."""
-    if demand.ttft_p95_s is None or demand.ttft_p95_s <= spec.ttft_slo_s or demand.ready == 0:
+    Either covers a recent window (``ttft_window_s``, the edges' own shorter one), so it still
+    remembers a backlog (or a cold start) that was already acted on: the step waits until the
+    last panic and the last scale-up's replicas are a full window behind."""
+    ttft = demand.slo_ttft_s
+    if ttft is None or ttft <= spec.ttft_slo_s or demand.ready == 0:
         return 0
-    if state.last_ttft_p95_s is not None and demand.ttft_p95_s < 0.98 * state.last_ttft_p95_s:
+    if state.last_slo_ttft_s is not None and ttft < 0.98 * state.last_slo_ttft_s:
         return 0  # improving: a backlog is draining, more replicas would arrive after it is gone
     if state.panic_until is not None and now < state.panic_until + config.ttft_window_s:
         return 0
@@ -282,6 +337,8 @@ def apply_hysteresis(need: float, latest: float, current: int, need_samples: Seq
 def is_idle(spec: PoolSpec, obs: PoolObservation) -> bool:
     if obs.activation_requested:
         return False
+    if obs.edge is not None and (obs.edge.waiting or obs.edge.inflight):
+        return False
     if any(r.num_running_reqs or r.num_queue_reqs for r in obs.replicas):
         return False
     return obs.last_request_at is None or obs.now - obs.last_request_at >= spec.idle_timeout_s
@@ -320,6 +377,57 @@ def clamp_target(target: int, floor: int, spec: PoolSpec, active: Sequence[Repli
         target = quota
         reasons.append(f"tenant GPU quota {spec.tenant_gpu_quota} allows {quota} replicas")
     return target, reasons
+
+
+# ---------------------------------------------------------------------------------------------
+# What the decision cites
+
+
+def edge_queue_reason(edge: EdgeSignals | None, demand: Demand) -> str:
+    assert edge is not None
+    held = f", {edge.activation_waiting} held for activation" if edge.activation_waiting else ""
+    wait = f", queue wait p90 {edge.queue_wait_p90_s:.2f}s" if edge.queue_wait_p90_s is not None else ""
+    return (f"edge queue {edge.queue_depth} waiting{held} on {edge.edges} edge(s){wait}: "
+            f"+{demand.backlog_units:.2f} replicas' worth on {demand.served_units:.2f} served")
+
+
+def edge_signal_fields(edge: EdgeSignals | None, demand: Demand) -> dict:
+    """The edges' signals as the decision stores them; None where no edge reported."""
+    if edge is None:
+        return {"edges": 0, "edge_queue": None, "edge_activation_waiting": None, "edge_inflight": None,
+                "edge_backlog_units": 0.0, "edge_queue_wait_p50_s": None, "edge_queue_wait_p90_s": None,
+                "edge_ttft_p90_s": None, "edge_ttft_samples": 0, "edge_rejections": {}}
+    return {
+        "edges": edge.edges,
+        "edge_queue": edge.queue_depth,
+        "edge_activation_waiting": edge.activation_waiting,
+        "edge_inflight": edge.inflight,
+        "edge_backlog_units": round(demand.backlog_units, 3),
+        "edge_queue_wait_p50_s": edge.queue_wait_p50_s,
+        "edge_queue_wait_p90_s": edge.queue_wait_p90_s,
+        "edge_ttft_p90_s": edge.ttft_p90_s,
+        "edge_ttft_samples": edge.ttft_samples,
+        "edge_rejections": dict(edge.rejections),
+    }
+
+
+def acted_on(demand: Demand, reactive: ReactiveNeed, predicted: float, breach: int, panic_units: float,
+             in_panic: bool, need: float) -> list[str]:
+    """Names of the signals the need came from: the window or rule that set it, and the demand
+    signal behind the windows (an edge backlog is always named when there is one)."""
+    names = []
+    if breach and breach >= need - EPS:
+        names.append(f"slo_breach:{demand.slo_ttft_source}")
+    if predicted > reactive.stable_units and predicted >= need - EPS:
+        names.append("forecast")
+    if in_panic and panic_units >= need - EPS:
+        names.append("panic_window")
+    if not names:
+        names.append("stable_window")
+    names.append(demand.source)
+    if demand.edge_waiting and "edge_queue" not in names:
+        names.append("edge_queue")
+    return names
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,16 +470,27 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         scale = cut_capacity_scale(scale, demand.ready, config)
         capacity = profiled * scale
 
-    need = max(reactive.stable_units, predicted, float(breach), reactive.panic_units if in_panic else 0.0)
+    panic_units = reactive.panic_units if in_panic else 0.0
+    need = max(reactive.stable_units, predicted, float(breach), panic_units)
     reasons = []
+    edge = obs.edge
+    if demand.edge_waiting:
+        reasons.append(edge_queue_reason(edge, demand))
+    if edge is not None and edge.capacity_rejections:
+        turned = ", ".join(f"{n} {reason}" for reason, n in sorted(edge.rejections.items()) if reason.startswith("503/"))
+        reasons.append(f"edge rejected {edge.capacity_rejections} for capacity over {edge.window_s:.0f}s ({turned})")
     if reactive.panic_mode:
+        queued = f"{demand.queue_total} queued"
+        if demand.edge_waiting:
+            queued += f" ({demand.edge_waiting} at the edge)"
         reasons.append(f"panic: {reactive.panic} replicas needed over {config.panic_window_s:.0f}s "
-                       f"with {demand.ready} ready and {demand.queue_total} queued")
+                       f"with {demand.ready} ready and {queued}")
     if replicas_for(predicted) > reactive.stable:
         reasons.append(f"pre-warm: forecast peak {forecast.peak:.0f} tok/s within {horizon:.0f}s "
                        f"needs {predicted:.2f}")
     if breach:
-        reasons.append(f"TTFT p95 {demand.ttft_p95_s:.2f}s > SLO {spec.ttft_slo_s:.2f}s")
+        label = "edge TTFT p90" if demand.slo_ttft_source == EDGE_TTFT else "engine TTFT p95"
+        reasons.append(f"{label} {demand.slo_ttft_s:.2f}s > SLO {spec.ttft_slo_s:.2f}s")
 
     floor, floor_reason = kind_floor(spec, obs)
     # Keep more than the hold window: the "enough history" test must not depend on how evenly
@@ -404,7 +523,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         last_scale_down_at=now if state.target is not None and target < state.target else state.last_scale_down_at,
         tokens_per_replica_s=learned,
         capacity_scale=scale,
-        last_ttft_p95_s=demand.ttft_p95_s,
+        last_slo_ttft_s=demand.slo_ttft_s,
         last_queue_total=demand.queue_total,
     )
     signals = {
@@ -413,8 +532,12 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         "engine_units": round(demand.engine_units, 3),
         "rate_units": None if demand.rate_units is None else round(demand.rate_units, 3),
         "queue_total": demand.queue_total,
+        "engine_queue": demand.queue_total - demand.edge_waiting,
         "token_rate": demand.token_rate,
         "ttft_p95_s": demand.ttft_p95_s,
+        "slo_ttft_s": demand.slo_ttft_s,
+        "slo_ttft_source": demand.slo_ttft_source,
+        **edge_signal_fields(edge, demand),
         "stable_need": reactive.stable,
         "panic_need": reactive.panic,
         "panic": in_panic,
@@ -424,6 +547,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         "prewarm_horizon_s": round(horizon, 1),
         "capacity_tok_s": None if capacity is None else round(capacity, 1),
         "capacity_scale": round(scale, 3),
+        "acted_on": acted_on(demand, reactive, predicted, breach, panic_units, in_panic, need),
     }
     decision = Decision(target, tuple(reasons), signals)
     return decision, new_state

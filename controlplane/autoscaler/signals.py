@@ -1,7 +1,7 @@
 """What the autoscaler sees (plain frozen dataclasses) and the memory it keeps between ticks.
 
-The executor builds these from the database and the agents' heartbeats; the policy never
-reads anything else. ``AutoscalerState`` is the policy's only memory: the executor stores it
+The executor builds these from the database, the agents' heartbeats and the edges' published
+signals (``controlplane.fleet.edge_signals``); the policy never reads anything else. ``AutoscalerState`` is the policy's only memory: the executor stores it
 as JSON next to the pool and hands it back on the next tick, so a restarted worker carries on
 where the last one stopped.
 """
@@ -9,7 +9,7 @@ where the last one stopped.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
@@ -83,6 +83,37 @@ class PoolSpec:
 
 
 @dataclass(frozen=True)
+class EdgeSignals:
+    """What the edges see of one served model, summed over the live edges.
+
+    The edge caps each replica at its batch slots and holds the rest in its own fair queue, so
+    under exactly the bursts that need capacity the engines report no queue at all: this is the
+    backlog they never see, and TTFT as clients get it (edge queueing included)."""
+
+    edges: int = 0  # live edges that reported
+    queue_depth: int = 0  # requests waiting in the edges' fair queues (at their last publish)
+    activation_waiting: int = 0  # requests held while the pool starts from zero
+    inflight: int = 0  # requests the edges have on the model's replicas
+    queue_wait_p50_s: float | None = None  # over the window, requests that left the queue
+    queue_wait_p90_s: float | None = None
+    ttft_p90_s: float | None = None  # client-side: arrival at the edge to first streamed token
+    ttft_samples: int = 0  # streamed first tokens behind ttft_p90_s
+    # Rejections over the window by "<status>/<reason>", e.g. "503/queue_timeout", "429/tokens".
+    rejections: Mapping[str, int] = field(default_factory=dict)
+    window_s: float = 0.0
+
+    @property
+    def waiting(self) -> int:
+        """Requests the edges hold that no replica has taken yet."""
+        return self.queue_depth + self.activation_waiting
+
+    @property
+    def capacity_rejections(self) -> int:
+        """Requests turned away for want of capacity (503s: queue full, queue timeout, cold start)."""
+        return sum(n for reason, n in self.rejections.items() if reason.startswith("503/"))
+
+
+@dataclass(frozen=True)
 class PoolObservation:
     now: float
     replicas: tuple[ReplicaSignal, ...] = ()
@@ -91,6 +122,7 @@ class PoolObservation:
     model_ready_seconds: Sequence[float] = ()  # measured cold starts of this pool's model
     last_request_at: float | None = None
     activation_requested: bool = False  # the edge holds a request for a pool at zero
+    edge: EdgeSignals | None = None  # the edges' view of the pool's served model; None: no edge reported
     # Transitional, not read by the policy (nodes: placement and consolidation; spot outage and
     # prices: the market, ``fleet.markets``); delete once ``observe`` stops passing them.
     nodes: tuple[NodeSignal, ...] = ()
@@ -117,7 +149,9 @@ class AutoscalerState:
     tokens_per_replica_s: float | None = None
     # Share of the profiled capacity a replica delivers inside the SLO, learned from TTFT.
     capacity_scale: float = 1.0
-    last_ttft_p95_s: float | None = None  # previous tick's, to tell a draining backlog apart
+    # Previous tick's TTFT the SLO was judged on (the edges' p90, else the engines' p95), to
+    # tell a draining backlog apart.
+    last_slo_ttft_s: float | None = None
     last_queue_total: int | None = None  # previous tick's queued requests: is the queue draining?
 
     def to_json(self) -> str:

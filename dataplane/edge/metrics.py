@@ -101,6 +101,8 @@ class EdgeMetrics:
                                    ["model"], registry=r)
         self.cache_hits = Counter("nimbus_edge_response_cache_hits", "Exact-match response cache hits",
                                   ["model"], registry=r)
+        self.signals_published = Counter("nimbus_edge_signals_publishes",
+                                         "Autoscaler signal publishes to Redis by result", ["result"], registry=r)
 
     def child(self, metric, *labels: str):
         """``metric.labels(*labels)``, cached: label lookups are a measurable cost per token otherwise."""

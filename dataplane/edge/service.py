@@ -4,7 +4,8 @@ auth -> validate -> (response cache) -> limits -> (activation) -> fair admission
 -> forward (one retry elsewhere before the first byte) -> stream -> reconcile limits, meter usage.
 
 Everything it needs comes from the current snapshot (``Catalog``) and live in-process state; Redis
-is used for shared limits and the usage stream, and its absence degrades to local behaviour.
+is used for shared limits, the usage stream and the autoscaler's signals (``signals.py``), and its
+absence degrades to local behaviour.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ from dataplane.edge.prefix import PrefixIndex, block_hashes
 from dataplane.edge.response_cache import ResponseCache, cache_key
 from dataplane.edge.router import Router, Ticket
 from dataplane.edge.settings import EdgeSettings
+from dataplane.edge.signals import (
+    SignalPublisher,
+    SignalRecorder,
+    default_edge_id,
+    gauges_of,
+    rejection_reason,
+)
 from dataplane.edge.sse import (
     DONE,
     SseSplitter,
@@ -92,6 +100,7 @@ class RequestState:
     usage: dict[str, Any] | None = None
     chunks: int = 0
     replica: Replica | None = None
+    error_code: str | None = None
 
 
 def _headers(pairs: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -150,6 +159,9 @@ class EdgeService:
         self.health: HealthMonitor | None = None
         self._activation_sent: dict[str, float] = {}
         self._background: set[asyncio.Task] = set()
+        self.edge_id = settings.edge_id or default_edge_id()
+        self.signals = SignalRecorder(settings.signals_window_s, settings.signals_interval_s)
+        self.signal_publisher: SignalPublisher | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -178,6 +190,12 @@ class EdgeService:
         self.usage = UsageRecorder(self.redis, s.usage_stream, s.state_dir / "usage-spool.jsonl",
                                    retry_s=s.redis_retry_s)
         await self.usage.start()
+        if self.redis is not None:
+            self.signal_publisher = SignalPublisher(
+                self.redis, self.signals, lambda: gauges_of(self.catalog, self.admission, self.router),
+                edge_id=self.edge_id, region=s.region, prefix=s.redis_key_prefix, interval_s=s.signals_interval_s,
+                on_result=lambda ok: self.metrics.child(self.metrics.signals_published, "ok" if ok else "error").inc())
+            await self.signal_publisher.start()
         await self.source.start()
         self.health = HealthMonitor(self.router, lambda: self.catalog, s.health_interval_s, s.health_timeout_s,
                                     on_change=self.admission.pump, on_probe=self._on_probe)
@@ -194,6 +212,8 @@ class EdgeService:
                 await task
         if self.usage:
             await self.usage.stop()
+        if self.signal_publisher:
+            await self.signal_publisher.stop()
         self.upstream.close()
         if self.redis is not None:
             with contextlib.suppress(Exception):
@@ -238,6 +258,7 @@ class EdgeService:
         except errors.EdgeError as exc:
             st.status = "rejected" if exc.status < 500 else "error"
             st.http_status = exc.status
+            st.error_code = exc.code
             if not st.response_started:
                 hdrs = {**st.rate_headers, **exc.headers, "x-request-id": st.request_id}
                 await send_json(send, exc.status, exc.body(), hdrs)
@@ -285,7 +306,11 @@ class EdgeService:
         st.lease = decision.lease
 
         if not catalog.candidates(tenant.id, variant.id):
-            await self._activate(tenant, variant, req.model)
+            self.signals.holding(variant.served_model_name, 1)  # backlog for the autoscaler
+            try:
+                await self._activate(tenant, variant, req.model)
+            finally:
+                self.signals.holding(variant.served_model_name, -1)
 
         route_req = RouteRequest(block_hashes(req.prompt_text, s.prefix_block_chars), req.prompt_tokens_est,
                                  len(req.prompt_text), tenant.id)
@@ -377,8 +402,11 @@ class EdgeService:
         waiter = Waiter(tenant.id, tenant.weight, st.priority, route_req.prompt_tokens, time.monotonic(),
                         try_dispatch)
         t_wait = time.monotonic()
-        ticket = await self.admission.admit(variant.id, waiter)
-        waited = time.monotonic() - t_wait
+        try:
+            ticket = await self.admission.admit(variant.id, waiter)
+        finally:  # dispatched, timed out or given up: it waited this long either way
+            waited = time.monotonic() - t_wait
+            self.signals.queue_wait(variant.served_model_name, waited)
         st.queue_ms = (st.queue_ms or 0.0) + waited * 1000
         self.metrics.child(self.metrics.queue_time, req.model, st.priority).observe(waited)
         self.metrics.queue_depth.set(self.admission.queued())
@@ -513,6 +541,8 @@ class EdgeService:
                     held = []
                     st.ttft_ms = (now - st.t0) * 1000
                     self.metrics.child(self.metrics.ttft, *labels).observe(now - st.t0)
+                    assert st.variant is not None
+                    self.signals.ttft(st.variant.served_model_name, now - st.t0)
                     self.router.first_byte(ticket, st.ttft_ms, now)
                     headers = SSE_HEADERS + _headers({**st.rate_headers, "x-request-id": st.request_id})
                     await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -573,6 +603,8 @@ class EdgeService:
             self._spawn(self.limiter.settle(st.lease, prompt + completion))
         model = st.model or "unknown"
         duration = now - st.t0
+        if st.variant is not None and st.http_status in (429, 503):
+            self.signals.rejected(st.variant.served_model_name, rejection_reason(st.http_status, st.error_code))
         self.metrics.child(self.metrics.requests, model, st.priority, st.status, str(st.http_status)).inc()
         self.metrics.child(self.metrics.duration, model, st.priority).observe(duration)
         if st.replica is not None and st.usage is not None:

@@ -66,6 +66,10 @@ class EdgeSettings:
     # Response cache
     response_cache_entries: int = 10_000
     response_cache_ttl_s: float = 600.0
+    # Signals for the autoscaler (signals.py), published to Redis every interval over the window
+    edge_id: str = ""  # empty: hostname-pid-random
+    signals_interval_s: float = 5.0
+    signals_window_s: float = 30.0
 
     @classmethod
     def field_names(cls) -> set[str]:
