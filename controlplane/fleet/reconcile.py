@@ -47,6 +47,7 @@ from controlplane.fleet.provisioning import CAPACITY_UNAVAILABLE, begin_terminat
 from controlplane.models import (
     Node,
     NodeState,
+    Operation,
     OperationKind,
     Pool,
     Replica,
@@ -176,11 +177,15 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     slots = {n.id: node_slots(n, by_node, fleet.pools, now) for n, by_node in _nodes_with_replicas(fleet)}
     needs: list[PoolNeed] = []
     scaling_up: set[str] = set()
+    # Each pool's counted replicas, grouped in one pass (a scan per pool would be pools × replicas).
+    counted: dict[uuid.UUID, list[Replica]] = defaultdict(list)
+    for r in fleet.replicas:
+        if counts_for_pool(r, by_id) and fleet.nodes[r.node_id].state in PLACEABLE_NODE_STATES:
+            counted[r.pool_id].append(r)
     for pool in fleet.pools.values():
         if pool.paused:
             continue
-        ours = [r for r in fleet.replicas if r.pool_id == pool.id and counts_for_pool(r, by_id)
-                and fleet.nodes[r.node_id].state in PLACEABLE_NODE_STATES]
+        ours = counted.get(pool.id, [])
         spot_now = [r for r in ours if fleet.nodes[r.node_id].spot]
         mix = markets.split_by_capacity_type(
             pool.spot_policy.value, pool.spot_base_on_demand, pool.desired_replicas,
@@ -218,9 +223,10 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
             result.unplaced[pool_id] = f"{count} replica(s): {why}"
         result.launched = len(plan.launches)
     placed_pools = {p for p in fleet.pools if str(p) not in result.unplaced}
+    launching = _launching_pools(fleet)
     for pool_id in placed_pools:
         pool = fleet.pools[pool_id]
-        if pool.capacity_status == CAPACITY_UNAVAILABLE and not _launching_for(fleet, pool_id):
+        if pool.capacity_status == CAPACITY_UNAVAILABLE and pool_id not in launching:
             pool.capacity_status = None
         pool.last_reconciled_at = now
 
@@ -229,12 +235,13 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     by_node = fleet.on_node()
     budget = consolidation_budget(settings)
     drained = drained_node_ids(session, [n.id for n in fleet.nodes.values() if n.state == S.draining])
+    terminations: list[Operation] = []
     for node in list(fleet.nodes.values()):
         held = [r for r in by_node.get(node.id, []) if holds_gpus(r)]
         if node.state == S.draining:
             reason = _drain_finished(node, node.id in drained, now)
             if reason and (op := begin_termination(session, node, now, settings, reason=reason)):
-                result.operations.append((op.id, op.kind))
+                terminations.append(op)
                 result.terminated += 1
             continue
         if held:
@@ -253,14 +260,15 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
         never_launched = node.state in (S.pending, S.provisioning) and node.instance_id is None
         if never_launched or (now - node.empty_since).total_seconds() >= settings.empty_node_ttl_s:
             if op := begin_termination(session, node, now, settings, reason="empty: no replica placed here"):
-                result.operations.append((op.id, op.kind))
+                terminations.append(op)
                 result.terminated += 1
 
     # 5. consolidate
     if settings.consolidation_enabled:
         result.moves = consolidate(session, fleet, offers, budget, scaling_up, now, settings, result)
     session.flush()
-    result.operations = [(op_id, kind) for op_id, kind in result.operations]
+    # A terminate operation gets its id at the flush above (begin_termination only adds it).
+    result.operations += [(op.id, op.kind) for op in terminations]
     return result
 
 
@@ -275,9 +283,10 @@ def _first_pool(plan, key: str) -> uuid.UUID | None:
     return next((uuid.UUID(p.pool_id) for p in plan.placed if p.node_id == key), None)
 
 
-def _launching_for(fleet: Fleet, pool_id: uuid.UUID) -> bool:
-    return any(r.pool_id == pool_id and fleet.nodes[r.node_id].state in (S.pending, S.provisioning)
-               for r in fleet.replicas if r.node_id in fleet.nodes)
+def _launching_pools(fleet: Fleet) -> set[uuid.UUID]:
+    """Pools with a replica on a node still being launched (one pass over the replicas)."""
+    return {r.pool_id for r in fleet.replicas
+            if r.node_id in fleet.nodes and fleet.nodes[r.node_id].state in (S.pending, S.provisioning)}
 
 
 def _cheapest(offers: Sequence[Offer], pool: Pool, *, spot: bool) -> float | None:

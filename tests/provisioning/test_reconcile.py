@@ -1,19 +1,25 @@
-"""Reconcile on Postgres: write-before-launch, drain then terminate, SKIP LOCKED, flat statement count."""
+"""The fleet tick on Postgres: write-before-launch, replica drains then node release, the fleet-wide
+advisory lock, and a statement count that stays flat as pools and nodes grow.
+
+The fleet is seeded straight into the database by the reconcile bench (bench/controlplane/reconcile.py):
+ready nodes with live-looking agents, each hosting ready 1-GPU replicas of several pools.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
-import uuid
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
-from bench.controlplane.reconcile import churn, measure_tick, seed
+from bench.controlplane.reconcile import churn, measure_tick, reset, seed
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
-from controlplane.fleet.leases import claimable
-from controlplane.fleet.provisioning import launch_key, reconcile_tick
+from controlplane.fleet import reconcile
+from controlplane.fleet.provisioning import launch_key, terminate_key
 from controlplane.models import (
+    AuditEvent,
     Node,
     NodeState,
     Operation,
@@ -21,101 +27,186 @@ from controlplane.models import (
     OperationState,
     Pool,
     Replica,
+    ReplicaDesiredState,
     ReplicaState,
 )
-from tests.provisioning.helpers import nodes, operations, tick
+from controlplane.services import agents
+from tests.provisioning.helpers import tick
 
 
-def set_desired(settings, pool_id, n: int) -> None:
+def set_desired(settings, pool_id, n: int, **values) -> None:
     with session_scope(settings) as s:
-        s.execute(update(Pool).where(Pool.id == pool_id).values(desired_replicas=n))
+        s.execute(update(Pool).where(Pool.id == pool_id).values(desired_replicas=n, **values))
 
 
-def test_missing_nodes_are_written_with_their_launch_operations_before_any_cloud_call(settings):
-    [pool_id] = seed(settings, 1, 0)
+def tick_at(settings, now: dt.datetime) -> reconcile.TickResult:
+    with session_scope(settings) as s:
+        return reconcile.fleet_tick(s, settings, now)
+
+
+def all_nodes(settings) -> list[Node]:
+    with session_scope(settings) as s:
+        return list(s.scalars(select(Node).order_by(Node.created_at)))
+
+
+def pool_replicas(settings, pool_id) -> list[Replica]:
+    with session_scope(settings) as s:
+        return list(s.scalars(select(Replica).where(Replica.pool_id == pool_id).order_by(Replica.created_at)))
+
+
+def all_operations(settings) -> list[Operation]:
+    with session_scope(settings) as s:
+        return list(s.scalars(select(Operation).order_by(Operation.created_at)))
+
+
+def test_missing_replicas_are_written_with_their_node_and_launch_operation_before_any_cloud_call(settings):
+    seeded = seed(settings, 1, 0)  # the catalog (one 8-GPU shape) and a pool with nothing placed
+    [pool_id] = seeded.pool_ids
     set_desired(settings, pool_id, 3)
-    result = tick(settings)  # no provider is passed anywhere: reconcile cannot call a cloud
-    assert (result.pools, result.launched, result.removed) == (1, 3, 0)
-    pending = nodes(settings, pool_id)
-    assert [n.state for n in pending] == [NodeState.pending] * 3
-    assert all(n.instance_id is None and n.launch_token for n in pending)
-    ops = operations(settings, pool_id, OperationKind.launch)
-    assert {o.idempotency_key for o in ops} == {launch_key(n.id) for n in pending}
-    assert all(o.state == OperationState.pending and o.deadline_at > utcnow() for o in ops)
-    assert {op_id for op_id, _ in result.operations} == {o.id for o in ops}
-    # Reconciling again changes nothing: the pending nodes already count.
+    before = utcnow()
+    result = tick(settings)  # no provider is passed anywhere: the tick cannot call a cloud
+    assert (result.skipped, result.pools, result.placed, result.launched, result.stopped) == (False, 1, 3, 1, 0)
+    [node] = all_nodes(settings)
+    assert node.state == NodeState.pending and node.instance_id is None and node.launch_token
+    assert node.gpus_total == 8 and not hasattr(node, "pool_id")  # a node belongs to no pool
+    spec = node.launch_spec
+    assert (spec["cloud"], spec["region"], spec["instance_type"], spec["spot"]) == (
+        "aws", "us-east-1", "p5.48xlarge", False)
+    assert spec["zones"] and set(spec["zones"]) <= {"us-east-1a", "us-east-1b"}
+    replicas = pool_replicas(settings, pool_id)
+    assert [(r.node_id, r.state, r.desired_state) for r in replicas] == [
+        (node.id, ReplicaState.pending, ReplicaDesiredState.running)] * 3
+    assert sorted(g for r in replicas for g in r.gpu_ids) == [0, 1, 2]
+    [op] = all_operations(settings)
+    assert (op.kind, op.state, op.node_id, op.idempotency_key) == (
+        OperationKind.launch, OperationState.pending, node.id, launch_key(node.id))
+    assert op.deadline_at > before and op.pool_id == pool_id
+    assert result.operations == [(op.id, OperationKind.launch)]
+    # The agent, once it registers, is told exactly these replicas (rows before the agent hears of them).
+    with session_scope(settings) as s:
+        listed = agents.replica_list(s, s.get(Node, node.id), utcnow())
+    assert sorted(e["id"] for e in listed) == sorted(str(r.id) for r in replicas)
+    assert {e["desired_state"] for e in listed} == {"running"}
+    # Ticking again changes nothing: the pending node's replicas already count.
     again = tick(settings)
-    assert (again.launched, again.removed) == (0, 0)
-    assert len(nodes(settings, pool_id)) == 3
+    assert (again.placed, again.launched, again.stopped, again.terminated, again.operations) == (0, 0, 0, 0, [])
+    assert len(all_nodes(settings)) == 1 and len(pool_replicas(settings, pool_id)) == 3
+    assert len(all_operations(settings)) == 1
 
 
-def test_ready_node_drains_then_terminates_after_its_deadline(settings):
-    settings = settings.model_copy(update={"drain_timeout_s": 60})
-    [pool_id] = seed(settings, 1, 2)
-    ready = nodes(settings, pool_id)
-    with session_scope(settings) as s:
-        for n in ready:
-            s.add(Replica(node_id=n.id, pool_id=pool_id, variant_id=s.get(Pool, pool_id).variant_id,
-                          state=ReplicaState.ready))
+def test_scale_down_drains_a_replica_then_its_emptied_node_is_released_after_the_ttl(settings):
+    settings = settings.model_copy(update={"drain_timeout_s": 60, "empty_node_ttl_s": 120})
+    seeded = seed(settings, 1, 2, gpus_per_node=1)  # two ready 1-GPU nodes, one ready replica each
+    [pool_id] = seeded.pool_ids
     set_desired(settings, pool_id, 1)
-    assert tick(settings).removed == 1
-    [draining] = nodes(settings, pool_id, NodeState.draining)
-    assert draining.id == max(ready, key=lambda n: n.created_at).id  # the newest goes
-    assert draining.drain_deadline_at > utcnow() + dt.timedelta(seconds=50)
-    [drain_op] = operations(settings, pool_id, OperationKind.drain)
-    assert drain_op.state == OperationState.running
-    with session_scope(settings) as s:
-        states = dict(s.execute(select(Replica.node_id, Replica.state)).all())
-    assert states[draining.id] == ReplicaState.draining
-    assert not operations(settings, pool_id, OperationKind.terminate)
+    t0 = utcnow()
+    result = tick_at(settings, t0)
+    assert (result.stopped, result.placed, result.launched, result.terminated) == (1, 0, 0, 0)
+    [victim] = [r for r in pool_replicas(settings, pool_id) if r.desired_state == ReplicaDesiredState.stopped]
+    [keeper] = [r for r in pool_replicas(settings, pool_id) if r.desired_state == ReplicaDesiredState.running]
+    # Out of routing at once, its GPU held until the agent confirms; the node itself stays.
+    assert victim.state == ReplicaState.draining and keeper.state == ReplicaState.ready
+    assert victim.drain_deadline_at == t0 + dt.timedelta(seconds=60)
+    assert victim.metrics["stop_reason"] == "scale down"
+    assert {n.state for n in all_nodes(settings)} == {NodeState.ready}
+    assert all_operations(settings) == []
+    with session_scope(settings) as s:  # what its agent hears on its next heartbeat
+        [entry] = agents.replica_list(s, s.get(Node, victim.node_id), t0)
+    assert (entry["id"], entry["desired_state"], entry["drain_deadline_s"]) == (str(victim.id), "stopped", 60.0)
 
-    later = utcnow() + dt.timedelta(seconds=61)
+    # Before its deadline nothing moves: the agent may still be finishing streams.
+    result = tick_at(settings, t0 + dt.timedelta(seconds=59))
+    assert (result.stopped, result.launched, result.terminated) == (0, 0, 0)
     with session_scope(settings) as s:
-        result = reconcile_tick(s, settings, later)
-    assert result.launched == 0  # a draining node is already gone from the pool's count
-    [terminating] = nodes(settings, pool_id, NodeState.terminating)
-    assert terminating.id == draining.id
-    assert [o.state for o in operations(settings, pool_id, OperationKind.terminate)] == [OperationState.pending]
-    assert operations(settings, pool_id, OperationKind.drain)[0].state == OperationState.succeeded
+        assert s.get(Replica, victim.id).state == ReplicaState.draining
+    # The agent never confirms: the deadline writes the replica off, its node is now empty …
+    result = tick_at(settings, t0 + dt.timedelta(seconds=61))
+    assert (result.launched, result.terminated) == (0, 0)  # the pool is at size: nothing replaces it
     with session_scope(settings) as s:
-        assert s.scalar(select(Replica.state).where(Replica.node_id == draining.id)) == ReplicaState.stopped
+        assert s.get(Replica, victim.id).state == ReplicaState.stopped
+        emptied = s.get(Node, victim.node_id)
+        assert emptied.state == NodeState.ready and emptied.empty_since == t0 + dt.timedelta(seconds=61)
+    # … and is released once it stayed empty for the TTL, not before.
+    assert tick_at(settings, t0 + dt.timedelta(seconds=61 + 119)).terminated == 0
+    result = tick_at(settings, t0 + dt.timedelta(seconds=61 + 120))
+    assert result.terminated == 1 and result.launched == 0
+    with session_scope(settings) as s:
+        assert s.get(Node, victim.node_id).state == NodeState.terminating
+        assert s.get(Node, keeper.node_id).state == NodeState.ready
+        [op] = s.scalars(select(Operation).where(Operation.node_id == victim.node_id)).all()
+        assert (op.kind, op.state, op.idempotency_key) == (
+            OperationKind.terminate, OperationState.pending, terminate_key(victim.node_id))
+        reasons = s.scalars(select(AuditEvent.after).where(AuditEvent.target_id == str(victim.node_id),
+                                                           AuditEvent.action == "node.terminating")).all()
+        assert [r["reason"] for r in reasons] == ["empty: no replica placed here"]
+    assert result.operations == [(op.id, OperationKind.terminate)]
 
 
-def test_pools_locked_by_one_worker_are_skipped_by_another(settings):
-    pool_ids = seed(settings, 4, 1)
-    for p in pool_ids:
+def test_while_one_transaction_holds_the_fleet_lock_another_tick_skips_and_writes_nothing(settings):
+    seeded = seed(settings, 4, 1)
+    for p in seeded.pool_ids:
         set_desired(settings, p, 2)
     with session_scope(settings) as holder:
-        held = holder.scalars(claimable(Pool, utcnow()).where(Pool.id.in_(pool_ids[:3]))).all()
-        assert len(held) == 3
-        result = tick(settings)  # a second worker, while the first holds three pools
-        assert result.pools == 1 and result.launched == 1
-    assert tick(settings).launched == 3  # released: now the others are reconciled
+        assert reconcile.try_fleet_lock(holder)  # a first worker, mid-tick
+        result = tick(settings)  # a second worker
+        assert result.skipped and (result.pools, result.placed, result.launched, result.operations) == (0, 0, 0, [])
+        with session_scope(settings) as s:
+            assert s.scalar(select(func.count()).select_from(Replica)) == 4
+            assert s.scalar(select(func.count()).select_from(Node)) == 1
+            assert s.scalar(select(func.count()).select_from(Operation)) == 0
+            assert s.scalars(select(Pool.last_reconciled_at)).all() == [None] * 4
+    # Released by the holder's commit: the next tick plans the whole fleet.
+    result = tick(settings)
+    assert not result.skipped and (result.pools, result.placed) == (4, 4)
+    assert result.launched == 0  # the seeded node had four free GPUs
+    with session_scope(settings) as s:
+        assert None not in s.scalars(select(Pool.last_reconciled_at)).all()
 
 
-def test_statement_count_does_not_grow_with_pools(settings):
+def test_statement_count_stays_flat_as_pools_and_nodes_grow(settings):
+    """Steady ticks: the same statements at 8 pools on 3 nodes as at 80 pools on 30 nodes. Churn
+    ticks (a quarter of the pools grow by one replica, a quarter shrink by one) add exactly two
+    INSERTs per new node over that (``writes.add_node`` flushes each node and its launch operation
+    on their own), nothing per pool, replica or existing node."""
     rng = random.Random(7)
-    small = seed(settings, 4, 3)
-    churn(settings, small, 3, 0.25, rng)  # one pool grows, one shrinks
+    small = seed(settings, 8, 3)
+    few_steady = measure_tick(settings)
+    reset(settings, small)
+    churn(settings, small, 0.25, rng)  # two grow, two shrink
     few = measure_tick(settings)
-    churn(settings, small, 3, 0.0, rng)
-    measure_tick(settings)  # settle back to size
-    large = small + seed(settings, 36, 3)
-    churn(settings, large, 3, 0.25, rng)  # ten grow, ten shrink
+    more = seed(settings, 72, 3, catalog=False)
+    large = dataclasses.replace(small, pool_ids=small.pool_ids + more.pool_ids,
+                                node_ids=small.node_ids + more.node_ids)  # reset drops rows since small.at
+    reset(settings, large)
+    many_steady = measure_tick(settings)
+    reset(settings, large)
+    churn(settings, large, 0.25, rng)  # twenty grow, twenty shrink
     many = measure_tick(settings)
-    assert (few.pools, many.pools) == (4, 40)
-    assert (few.launched, many.launched) == (1, 10) and (few.removed, many.removed) == (1, 10)
-    assert many.statements == few.statements, (few.by_verb, many.by_verb)
+    assert (few.pools, many.pools) == (8, 80)
+    assert (len(small.node_ids), len(large.node_ids)) == (3, 30)
+    assert (few.placed, few.stopped, many.placed, many.stopped) == (2, 2, 20, 20)
+    # The seeded nodes are full (a stopped replica keeps its GPU until its agent confirms): new nodes.
+    assert (few.launched, many.launched) == (1, 3)
+    assert many_steady.statements == few_steady.statements, (few_steady.by_verb, many_steady.by_verb)
+    assert few_steady.statements <= 12, few_steady.by_verb
+    extra = many.by_verb.get("INSERT", 0) - few.by_verb.get("INSERT", 0)
+    assert extra == 2 * (many.launched - few.launched), (few.by_verb, many.by_verb)
+    assert {k: v for k, v in many.by_verb.items() if k != "INSERT"} == {
+        k: v for k, v in few.by_verb.items() if k != "INSERT"}, (few.by_verb, many.by_verb)
 
 
-def test_paused_pool_is_left_alone(settings):
-    [pool_id] = seed(settings, 1, 1)
-    with session_scope(settings) as s:
-        s.execute(update(Pool).where(Pool.id == pool_id).values(desired_replicas=3, paused=True))
-    result = tick(settings)  # visited (a draining node of a paused pool still finishes) but not resized
-    assert (result.launched, result.removed, result.operations) == (0, 0, [])
-    assert len(nodes(settings, pool_id)) == 1
-    with session_scope(settings) as s:
-        assert s.scalar(select(Operation.id).where(Operation.pool_id == pool_id)) is None
-        assert s.get(Node, nodes(settings, pool_id)[0].id).state == NodeState.ready
-    assert uuid.UUID(str(pool_id))
+def test_paused_pool_is_neither_grown_nor_shrunk(settings):
+    seeded = seed(settings, 2, 2)  # four replicas on one 8-GPU node
+    grow, shrink = seeded.pool_ids
+    set_desired(settings, grow, 4, paused=True)
+    set_desired(settings, shrink, 0, paused=True)
+    result = tick(settings)
+    assert (result.placed, result.launched, result.stopped, result.operations) == (0, 0, 0, [])
+    assert [r.desired_state for r in pool_replicas(settings, grow) + pool_replicas(settings, shrink)] == [
+        ReplicaDesiredState.running] * 4
+    assert all_operations(settings) == []
+    # Unpaused, both follow their desired size.
+    set_desired(settings, grow, 4, paused=False)
+    set_desired(settings, shrink, 0, paused=False)
+    result = tick(settings)
+    assert (result.placed, result.stopped, result.launched) == (2, 2, 0)
