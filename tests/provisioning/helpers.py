@@ -75,6 +75,15 @@ def operations(settings: Settings, pool_id: str | uuid.UUID, kind: OperationKind
         return list(s.scalars(stmt))
 
 
+def node_operations(settings: Settings, node_id: uuid.UUID, kind: OperationKind | None = None) -> list[Operation]:
+    """A node's operations, oldest first (terminate operations name no pool: a node belongs to none)."""
+    with session_scope(settings) as s:
+        stmt = select(Operation).where(Operation.node_id == node_id).order_by(Operation.created_at)
+        if kind:
+            stmt = stmt.where(Operation.kind == kind)
+        return list(s.scalars(stmt))
+
+
 def pool_row(settings: Settings, pool_id: str | uuid.UUID) -> Pool:
     with session_scope(settings) as s:
         return s.get(Pool, uuid.UUID(str(pool_id)))

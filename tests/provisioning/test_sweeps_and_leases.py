@@ -8,12 +8,22 @@ import time
 import uuid
 from typing import Any
 
+from sqlalchemy import select
+
+from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
 from controlplane.fleet import launcher, sweeper, terminator
-from controlplane.models import NodeState, OperationKind, OperationState
+from controlplane.models import (
+    NodeState,
+    OperationKind,
+    OperationState,
+    Replica,
+    ReplicaDesiredState,
+    ReplicaState,
+)
 from infra.provider import Instance, LaunchRequest
 from tests.provisioning.conftest import Clouds, aws_catalog, setup_pool
-from tests.provisioning.helpers import converge, nodes, operations, run_due, tick
+from tests.provisioning.helpers import converge, node_operations, nodes, operations, run_due, tick
 
 EAST = [{"cloud": "aws", "region": "us-east-1"}]
 
@@ -61,6 +71,12 @@ async def test_node_without_heartbeat_is_replaced(client, admin, settings, aws, 
     assert old.id == silent.id and old.error.startswith("stale: no heartbeat")
     [replacement] = nodes(settings, pool["id"], NodeState.booting)
     assert live(ec2, **{"nimbus-cluster": settings.cluster_name}) == {replacement.instance_id}
+    # The replica went with its node; the pool's one replica was placed again, on the new node.
+    with session_scope(settings) as s:
+        states = {(r.node_id, r.state, r.desired_state) for r in s.scalars(
+            select(Replica).where(Replica.pool_id == uuid.UUID(pool["id"])))}
+    assert states == {(silent.id, ReplicaState.failed, ReplicaDesiredState.stopped),
+                      (replacement.id, ReplicaState.pending, ReplicaDesiredState.running)}
 
 
 class StubbornCloud:
@@ -79,7 +95,8 @@ class StubbornCloud:
 async def test_termination_retries_until_its_deadline_then_the_sweeper_takes_over(
     client, admin, settings, aws, ec2, aws_template
 ):
-    settings = settings.model_copy(update={"terminate_deadline_s": 1.5, "retry_delay_s": 0.3})
+    # A node left empty is released at once (no TTL), so scaling to zero terminates it on the next tick.
+    settings = settings.model_copy(update={"terminate_deadline_s": 1.5, "retry_delay_s": 0.3, "empty_node_ttl_s": 0})
     pool = await setup_pool(client, admin, aws_catalog(aws_template), EAST, min_replicas=1, max_replicas=1)
     converge(settings, Clouds(aws=aws))
     [node] = nodes(settings, pool["id"])
@@ -89,12 +106,14 @@ async def test_termination_retries_until_its_deadline_then_the_sweeper_takes_ove
     r = await client.patch(f"/admin/v1/pools/{pool['id']}", json={"max_replicas": 0}, headers=admin)
     assert r.status_code == 200, r.text
     stubborn = StubbornCloud(aws)
-    tick(settings)
+    result = tick(settings)
+    assert (result.stopped, result.terminated) == (1, 1)  # the replica (never started) at once, then its node
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and nodes(settings, pool["id"], NodeState.terminating):
         run_due(settings, Clouds(aws=stubborn))
         await asyncio.sleep(0.1)
-    [op] = operations(settings, pool["id"], OperationKind.terminate)
+    [op] = node_operations(settings, node.id, OperationKind.terminate)
+    assert (op.id, OperationKind.terminate) in result.operations
     assert op.state == OperationState.failed and "deadline" in op.error
     assert stubborn.terminate_calls >= 2 and len(op.history) == stubborn.terminate_calls
     assert all(h["ok"] is False for h in op.history)
