@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     replica_start_deadline_s: float = Field(
         default=1800.0, gt=0, description="A placed replica not ready by then is given up (and placed again)."
     )
+    edge_signals_prefix: str = Field(
+        default="nimbus:", description="Redis key prefix the edges publish their per-model signals under."
+    )
     consolidation_enabled: bool = Field(default=True, description="Empty or replace underused nodes.")
     consolidation_settle_s: float = Field(
         default=300.0, ge=0, description="A node must be underused this long before consolidation moves it."

@@ -17,7 +17,7 @@ import dataclasses
 import datetime as dt
 import json
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +29,7 @@ from controlplane.autoscaler.config import AutoscalerConfig
 from controlplane.autoscaler.policy import decide, prewarm_horizon
 from controlplane.autoscaler.signals import (
     AutoscalerState,
+    EdgeSignals,
     NodeSignal,
     PoolObservation,
     PoolSpec,
@@ -37,6 +38,7 @@ from controlplane.autoscaler.signals import (
 from controlplane.config import Settings
 from controlplane.fleet import blocklist, placement_catalog, reconcile
 from controlplane.fleet.capacity import Offer
+from controlplane.fleet.edge_signals import read_edge_signals, redis_client
 from controlplane.fleet.placement import fits_offer
 from controlplane.models import (
     AutoscalerDecision,
@@ -49,6 +51,7 @@ from controlplane.models import (
     ReplicaState,
     UsageMinute,
 )
+from controlplane.services.edge_snapshot import served_model_name
 
 HISTORY_S = 26 * 3600  # a day for the seasonal forecast, plus the trend window
 ACTIVATION_VALID_S = 300.0  # an edge's activation request counts this long
@@ -196,7 +199,8 @@ def _tenant_gpus(session: Session, tenant_id: uuid.UUID) -> int:
     return int(n or 0)
 
 
-def observe(session: Session, pool: Pool, now: dt.datetime, offers: Sequence[Offer] = ()) -> Observed:
+def observe(session: Session, pool: Pool, now: dt.datetime, offers: Sequence[Offer] = (),
+            edge: EdgeSignals | None = None) -> Observed:
     gpus = pool.variant.gpu_count
     rows = session.execute(
         select(Replica, Node)
@@ -268,6 +272,7 @@ def observe(session: Session, pool: Pool, now: dt.datetime, offers: Sequence[Off
         activation_requested=activation,
         spot_unavailable_until=_spot_unavailable_until(session, pool, now),
         prices=replica_prices(offers, pool),
+        edge=edge,
     )
     state = AutoscalerState.from_json(json.dumps(pool.autoscaler_state) if pool.autoscaler_state else None)
     return Observed(spec, obs, state, busy)
@@ -297,10 +302,11 @@ def _record(session: Session, pool: Pool, now: dt.datetime, current: int, decisi
 
 
 def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Settings,
-                   config: AutoscalerConfig | None = None, offers: Sequence[Offer] | None = None) -> str:
+                   config: AutoscalerConfig | None = None, offers: Sequence[Offer] | None = None,
+                   edge: EdgeSignals | None = None) -> str:
     if offers is None:
         offers = placement_catalog.offers(placement_catalog.load(session), blocklist.active_blocks(session, now), now)
-    seen = observe(session, pool, now, offers)
+    seen = observe(session, pool, now, offers, edge)
     config = config or AutoscalerConfig()
     spec, floor = with_schedule(seen.spec, pool, seen.obs, config)
     decision, new_state = decide(spec, seen.obs, seen.state, config)
@@ -352,6 +358,23 @@ def autoscale_tick(session: Session, settings: Settings, now: dt.datetime,
     ).all()
     counts: dict[str, int] = defaultdict(int)
     offers = placement_catalog.offers(placement_catalog.load(session), blocklist.active_blocks(session, now), now)
+    edges = read_edge_signals(redis_client(settings.redis_url), now, prefix=settings.edge_signals_prefix)
+    model_of = {p.id: served_model_name(p.variant.model.name, p.variant.tier) for p in pools}
+    sharing = Counter(model_of.values())
     for pool in pools:
-        counts[autoscale_pool(session, pool, now, settings, config, offers)] += 1
+        name = model_of[pool.id]
+        edge = edge_share(edges.get(name), sharing[name])
+        counts[autoscale_pool(session, pool, now, settings, config, offers, edge)] += 1
     return dict(counts)
+
+
+def edge_share(signals: EdgeSignals | None, pools: int) -> EdgeSignals | None:
+    """One pool's share of what the edges report for its served model. The edges count per model;
+    when several pools serve one (a shared pool and a tenant's dedicated one), each gets an even
+    share of the counts (the latencies are the model's), so the backlog is not grown for twice."""
+    if signals is None or pools <= 1:
+        return signals
+    return dataclasses.replace(
+        signals, queue_depth=-(-signals.queue_depth // pools), activation_waiting=-(-signals.activation_waiting // pools),
+        inflight=-(-signals.inflight // pools),
+        rejections={k: -(-v // pools) for k, v in signals.rejections.items()})

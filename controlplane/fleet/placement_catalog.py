@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -126,3 +127,23 @@ def offers(catalog: ic.Catalog, blocks: Iterable[BlockEntry], now: dt.datetime) 
 
 def placement_prefs(placement: Iterable[Mapping[str, Any]]) -> tuple[PlacementPref, ...]:
     return tuple(PlacementPref(p["cloud"], p.get("region"), tuple(p.get("zones") or ())) for p in placement)
+
+
+@dataclass(frozen=True)
+class Shape:
+    gpu_type: str
+    gpu_memory_gb: float
+    on_demand_price: float
+    spot_price: float | None
+
+    def price(self, spot: bool) -> float:
+        return float((self.spot_price if spot else self.on_demand_price) or 0.0)
+
+
+Shapes = Mapping[tuple[str | None, str | None, str | None], Shape]
+
+
+def shapes(catalog: ic.Catalog) -> dict[tuple[str, str, str], Shape]:
+    """(cloud, region, instance type) → its GPUs and prices."""
+    return {(c.name, r.name, t.name): Shape(t.gpu_type, t.gpu_memory_gb, t.on_demand_price, t.spot_price)
+            for c in catalog.clouds for r in c.regions for t in r.instance_types}

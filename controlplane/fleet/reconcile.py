@@ -125,26 +125,43 @@ def counts_for_pool(r: Replica, by_id: dict[uuid.UUID, Replica]) -> bool:
     return True
 
 
-def node_slots(node: Node, replicas: Sequence[Replica], pools: dict[uuid.UUID, Pool], now: dt.datetime) -> NodeSlots:
+def move_ends(replicas: Sequence[Replica]) -> set[uuid.UUID]:
+    """Both ends of every move under way: copies whose original still serves, and those originals."""
+    by_id = {r.id: r for r in replicas}
+    ends: set[uuid.UUID] = set()
+    for r in replicas:
+        if (r.replaces_id is not None and r.desired_state == RUN and holds_gpus(r)
+                and (orig := by_id.get(r.replaces_id)) is not None and orig.desired_state == RUN):
+            ends.update((r.id, orig.id))
+    return ends
+
+
+def node_slots(node: Node, replicas: Sequence[Replica], shapes: placement_catalog.Shapes,
+               in_flight: set[uuid.UUID] = frozenset()) -> NodeSlots:
     spec = node.launch_spec or {}
-    moving = {r.replaces_id for r in replicas if r.replaces_id is not None and r.desired_state == RUN}
+    # Nodes launched before placement wrote GPU type, memory and price into the launch spec (rows
+    # carried over by migration 0004) take them from the catalog.
+    shape = shapes.get((node.cloud or spec.get("cloud"), node.region or spec.get("region"),
+                        node.instance_type or spec.get("instance_type")))
     hosted = tuple(
         HostedReplica(
             replica_id=str(r.id), pool_id=str(r.pool_id), gpu_ids=tuple(r.gpu_ids or ()), ready=r.state == R.ready,
             model_ready_s=float(r.model_ready_seconds or 60.0),
-            moving=r.id in moving or r.replaces_id is not None or r.desired_state != RUN,
+            moving=r.id in in_flight or r.desired_state != RUN,
         )
         for r in replicas if holds_gpus(r)
     )
     return NodeSlots(
         node_id=str(node.id), cloud=node.cloud or spec.get("cloud") or "", region=node.region or spec.get("region") or "",
         zone=node.zone, instance_type=node.instance_type or spec.get("instance_type") or "",
-        gpu_type=spec.get("gpu_type") or "", gpus_total=node.gpus_total or int(spec.get("gpu_count") or 0),
+        gpu_type=spec.get("gpu_type") or (shape.gpu_type if shape else ""),
+        gpus_total=node.gpus_total or int(spec.get("gpu_count") or 0),
         spot=node.spot, dedicated_tenant_id=str(node.dedicated_tenant_id) if node.dedicated_tenant_id else None,
-        price_per_hour=float(spec.get("price_per_hour") or 0.0), replicas=hosted,
+        price_per_hour=float(spec.get("price_per_hour") or (shape.price(node.spot) if shape else 0.0)),
+        replicas=hosted,
         launched=node.instance_id is not None, ready=node.state == S.ready,
         underused_since=node.underused_since.timestamp() if node.underused_since else None,
-        gpu_memory_gb=float(spec.get("gpu_memory_gb") or 0.0),
+        gpu_memory_gb=float(spec.get("gpu_memory_gb") or (shape.gpu_memory_gb if shape else 0.0)),
     )
 
 
@@ -174,7 +191,9 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     launches: dict[str, Node] = {}
 
     # 3. size every pool, per market
-    slots = {n.id: node_slots(n, by_node, fleet.pools, now) for n, by_node in _nodes_with_replicas(fleet)}
+    shapes = placement_catalog.shapes(catalog)
+    in_flight = move_ends(fleet.replicas)
+    slots = {n.id: node_slots(n, by_node, shapes, in_flight) for n, by_node in _nodes_with_replicas(fleet)}
     needs: list[PoolNeed] = []
     scaling_up: set[str] = set()
     # Each pool's counted replicas, grouped in one pass (a scan per pool would be pools × replicas).
@@ -265,7 +284,7 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
 
     # 5. consolidate
     if settings.consolidation_enabled:
-        result.moves = consolidate(session, fleet, offers, budget, scaling_up, now, settings, result)
+        result.moves = consolidate(session, fleet, offers, shapes, budget, scaling_up, now, settings, result)
     session.flush()
     # A terminate operation gets its id at the flush above (begin_termination only adds it).
     result.operations += [(op.id, op.kind) for op in terminations]
@@ -349,8 +368,9 @@ def consolidation_budget(settings: Settings) -> ConsolidationBudget:
     )
 
 
-def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], budget: ConsolidationBudget,
-                scaling_up: set[str], now: dt.datetime, settings: Settings, result: TickResult) -> int:
+def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], shapes: placement_catalog.Shapes,
+                budget: ConsolidationBudget, scaling_up: set[str], now: dt.datetime, settings: Settings,
+                result: TickResult) -> int:
     by_node = fleet.on_node()
     copies = [r for r in fleet.replicas if r.replaces_id is not None and r.desired_state == RUN and holds_gpus(r)]
     moves_in_flight: dict[str, int] = defaultdict(int)
@@ -360,7 +380,8 @@ def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], budget:
         moves_in_flight[str(c.pool_id)] += 1
         if (orig := by_id.get(c.replaces_id)) is not None:
             source_nodes.add(orig.node_id)
-    slots = [node_slots(n, by_node.get(n.id, []), fleet.pools, now) for n in fleet.nodes.values()
+    in_flight = move_ends(fleet.replicas)
+    slots = [node_slots(n, by_node.get(n.id, []), shapes, in_flight) for n in fleet.nodes.values()
              if n.state in PLACEABLE_NODE_STATES]
     pools = {str(p.id): pool_need(p) for p in fleet.pools.values()}
     paused = {str(p.id) for p in fleet.pools.values() if p.paused}

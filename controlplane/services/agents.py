@@ -237,6 +237,10 @@ def report_replicas(session: Session, node: Node, reports: list[ReplicaReport], 
             state = ReplicaState.draining  # the control plane, not a lagging agent, decides about traffic
         if state == ReplicaState.starting and stopping:
             state = ReplicaState.draining
+        if state == ReplicaState.failed:
+            # The agent gave up on the engine (it restarts crashes itself, with backoff): so does the
+            # control plane. Its GPUs are free, and the fleet tick places a replacement.
+            replica.desired_state = ReplicaDesiredState.stopped
         replica.state = state
         replica.url = rep.url
         if rep.gpu_ids:

@@ -59,7 +59,9 @@ async def _seed_api(cp_url: str) -> dict:
     async with httpx.AsyncClient(base_url=cp_url, timeout=30) as client:
         await import_catalog(client, admin)
         model = await create_model(client, admin, tiers=("bf16",))
-        pool = await create_pool(client, admin, model["variants"][0]["id"], min_replicas=1, max_replicas=2)
+        pool = await create_pool(client, admin, model["variants"][0]["id"], min_replicas=1, max_replicas=2,
+                                 schedule=[{"days": ["mon", "tue", "wed", "thu", "fri"], "start": "09:00",
+                                            "end": "18:00", "min_replicas": 2}], schedule_timezone="Europe/Berlin")
         alice = await create_tenant(client, admin, display_name="Alice Labs", email=f"alice-{uuid.uuid4().hex[:6]}@example.com",
                                     password=PASSWORD, quota={"requests_per_minute": 600, "max_gpus": 4})
         bob = await create_tenant(client, admin, display_name="Bob Corp")

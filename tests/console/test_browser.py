@@ -229,6 +229,7 @@ async def test_operator_views(stack: Stack, browser: Browser) -> None:
 
     await pool_row.get_by_role("link", name=stack.data["pool"]["name"]).click()
     await expect(page.locator("#replicas")).to_contain_text("41.5 s")
+    await expect(page.locator("#schedule")).to_contain_text("mon,tue,wed,thu,fri 09:00–18:00: min 2 (Europe/Berlin)")
     await expect(page.locator("table.operations")).to_contain_text("InsufficientInstanceCapacity")
     await shot(page, "operator-pool-detail")
 
