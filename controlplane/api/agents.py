@@ -6,31 +6,45 @@ expired or used token so a caller learns nothing about which it was):
 ``POST /register`` (no auth header: the body carries the one-time bootstrap token)
     ``{"node_id", "bootstrap_token", "agent_url", "hostname", "gpus": [0, 1], "engine", "version"}``
     → ``200 {"credential": "<node credential, shown once>", "node_id", "node_state",
-    "heartbeat_interval_s": null|s, "assignment": {"pool_id", "variant_id", "model", "tier",
-    "served_model_name", "model_path", "quantization", "context_length", "engine_args": {…},
-    "gpus_per_replica", "replicas", "artifact_source"}}``. The token works once and only before
-    its expiry; the node moves provisioning → booting. The credential is stored hashed.
+    "heartbeat_interval_s": null|s, "commands": [...], "replicas": [ReplicaEntry…]}``. The token
+    works once and only before its expiry; the node moves provisioning → booting. The credential
+    is stored hashed.
 
 All other calls send ``Authorization: Bearer <node credential>``; a credential is scoped to
 its node (it can only write that node and its replicas) and dies when the node is terminated.
 
 ``POST /resume`` (same body as register, minus token) → the same answer without a credential.
-    For a restarted agent: the node's old replicas are marked stopped.
+    For a restarted agent: its old engines died with it, so the node's replicas return to
+    ``pending`` (or ``stopped``, if no longer wanted) and are listed again to be started.
 ``POST /replicas`` ``{"replicas": [ReplicaReport…]}`` → ``{"applied": n}``. Sent on every
     replica state change (started, ready, restarting, draining, stopped, failed).
     On a draining node, a report with every replica ``stopped`` (or ``failed``) means drained:
-    the next reconcile tick terminates the node instead of waiting out its drain deadline.
+    the next fleet tick terminates the node instead of waiting out its drain deadline.
 ``POST /heartbeat`` ``{"draining": bool, "drain_deadline_s"?, "agent_url", "node_metrics": {…},
-    "replicas": [ReplicaReport…]}`` → ``{"commands": [...], "heartbeat_interval_s": null|s}``.
-    Commands: ``{"type": "drain", "deadline_at", "deadline_s"}`` while the node is draining;
-    ``{"type": "stop"}`` once it is terminating. ``draining: true`` from the agent (SIGTERM)
-    moves a ready node to draining.
+    "replicas": [ReplicaReport…]}`` → the register answer's ``node_state``, ``commands`` and
+    ``replicas``. Commands: ``{"type": "drain", "deadline_at", "deadline_s"}`` while the node is
+    draining as a whole; ``{"type": "stop"}`` once it is terminating. ``draining: true`` from the
+    agent (SIGTERM) moves a ready node to draining.
 
-``ReplicaReport``: ``{"id": uuid (chosen by the agent, stable across engine restarts), "slot",
+``ReplicaEntry`` (what the node must run; every answer carries the node's full list):
+``{"id" (chosen by the control plane), "pool_id", "variant_id", "model", "tier",
+"served_model_name", "model_path", "quantization", "context_length", "engine_args",
+"gpu_ids": [2, 3], "port": null|int, "desired_state": "running"|"stopped", "drain_deadline_s",
+"artifact_source"}``. The agent starts running entries it does not run yet (tp = len(gpu_ids),
+``CUDA_VISIBLE_DEVICES`` = gpu_ids; port: the entry's, else the node's port base plus the lowest
+GPU index), never on a GPU that a replica not yet stopped still holds (the entry waits). It drains
+a replica marked stopped, or no longer listed, alone: reported ``draining``, then ``stopped`` once
+its in-flight requests finish or ``drain_deadline_s`` passes; the node and its other replicas are
+left alone. A replica it never ran is reported stopped; an index the machine lacks is reported
+failed with ``error``. Unknown fields are ignored; a malformed entry is skipped.
+
+``ReplicaReport``: ``{"id" (the control plane's replica id), "slot" (its lowest GPU index),
 "state": starting|ready|draining|stopped|failed, "url", "gpu_ids", "restarts", "last_exit_code",
 "last_restart_at", "started_at", "ready_at", "model_ready_seconds", "ready_breakdown":
-{"download", "load", "warmup"}, "max_running_requests", "max_total_tokens", "metrics": {…}}``.
-A replica reported ``ready`` on a node that is no longer serving is stored as ``draining``.
+{"download", "load", "warmup"}, "max_running_requests", "max_total_tokens", "metrics": {…},
+"error"?}``. Reports of ids not placed on the node are ignored. A replica reported ``ready`` that
+the control plane no longer wants, or on a node that is no longer serving, is stored as
+``draining``; one reported ``failed`` is given up and placed again elsewhere.
 
 Admin: ``POST /admin/v1/nodes/{node_id}/drain`` ``{"deadline_s": 300}`` → ``202`` with the node.
 Its replicas stop taking new requests at once; the agent finishes in-flight work and exits.
