@@ -1,0 +1,245 @@
+"""One simulated day of a multi-model GPU fleet, four contenders side by side.
+
+    .venv/bin/python -m bench.fleet --catalog sample --seed 1      # about 3 minutes on 2 cores
+    .venv/bin/python -m bench.fleet --catalog fine --seed 1
+    .venv/bin/python -m bench.fleet.tick                            # one tick on 10k nodes / 50k replicas
+
+Contenders, on the same arrivals (seeded per pool), the same replica capacities (calibrated
+from the ``dataplane.sim.timing`` profiles) and the same queueing model:
+
+1. ``nimbus``: ``controlplane.autoscaler.policy.decide`` per pool, then the fleet tick of
+   ``controlplane.fleet.reconcile`` (placement, surplus choice, empty-node TTL, consolidation);
+2. ``nimbus-no-consol``: the same without ``plan_consolidation``;
+3. ``skyserve``: one service per model, a VM of the cheapest fitting shape per replica (filled
+   with data-parallel copies), SkyServe's request-rate rule;
+4. ``clairvoyant``: a lower bound (``clairvoyant.py``).
+
+Writes ``bench/fleet/results-<catalog>.json`` (``-seed<N>`` added for seeds other than 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from bench.fleet import clairvoyant, sim
+from bench.fleet.catalog import offers_for
+from bench.fleet.fluid import PoolQueue
+from bench.fleet.load import arrival_counts, make_load
+from bench.fleet.models import VARIANTS
+from bench.fleet.profiles import capacities
+from controlplane.fleet.capacity import ConsolidationBudget
+
+HERE = Path(__file__).resolve().parent
+CONTENDERS = ("nimbus", "nimbus-no-consol", "skyserve")
+DIAGNOSTICS = ("nimbus-oracle",)
+
+
+def _setup(catalog: str, seed: int, hours: float, load_scale: float = 1.0):
+    offers = offers_for(catalog)
+    caps = capacities(VARIANTS, {o.gpu_type for o in offers})
+    end = hours * 3600
+    arrivals = {v.pool_id: arrival_counts(make_load(v, seed, hours), seed, -sim.WARMUP_S, end, sim.DT,
+                                          scale=1.0 if v.tail else load_scale)
+                for v in VARIANTS}
+    return offers, caps, arrivals, end
+
+
+def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: float = 1.0,
+                  budget: dict | None = None) -> dict:
+    started = time.process_time()
+    offers, caps, arrivals, end = _setup(catalog, seed, hours, load_scale)
+    pools = [sim.PoolRun(v, caps[v.pool_id], arrivals[v.pool_id], PoolQueue(v.slo_s)) for v in VARIANTS]
+    if kind.startswith("skyserve"):
+        factor = float(kind.split("-x")[1]) if "-x" in kind else 1.0
+        contender = sim.SkyServe(pools, offers, -sim.WARMUP_S, end, qps_factor=factor)
+    elif kind == "nimbus-oracle":
+        contender = sim.OracleNimbus(pools, offers, -sim.WARMUP_S, end, budget=ConsolidationBudget(**(budget or {})))
+    else:
+        contender = sim.Nimbus(pools, offers, -sim.WARMUP_S, end, consolidation=kind == "nimbus",
+                               budget=ConsolidationBudget(**(budget or {})))
+    o = contender.run()
+    t = o.totals
+    billed = t.billed_gpu_s / 3600
+    allocated = t.allocated_gpu_s / 3600
+    out = {
+        "name": o.name, "cost": t.cost, "billed_gpu_h": billed, "allocated_gpu_h": allocated,
+        "fragmentation": 1 - allocated / billed if billed else 0.0,
+        "fragmentation_cost": max(0.0, t.cost - sum(t.held_cost.values())),
+        "requests": o.requests, "slo_attainment": o.within / o.requests if o.requests else 1.0,
+        "cold_start_waits": o.cold_waits, "dropped": o.dropped, "migrations": t.migrations,
+        "consolidation_actions": dict(t.consolidation_actions), "nodes_launched": t.nodes_launched,
+        "replicas_placed": t.replicas_placed, "peak_nodes": t.peak_nodes, "peak_gpus": t.peak_gpus,
+        "unplaced": t.unplaced, "held_cost": dict(t.held_cost), "cost_by_shape": dict(t.cost_by_shape),
+        "gpu_h_by_pool_type": {k: v / 3600 for k, v in t.gpu_s_by_pool_type.items()},
+        "pools": {p: dict(d, cost=t.pool_cost.get(p, 0.0),
+                          slo_attainment=d["within"] / d["requests"] if d["requests"] else 1.0)
+                  for p, d in o.per_pool.items()},
+        "cpu_s": time.process_time() - started,
+    }
+    if kind.startswith("skyserve"):
+        out["shapes"] = {p: f"{s.cloud}/{s.region}/{s.instance_type} x{contender.copies[p]} copies"
+                         for p, s in contender.shape.items()}
+        out["target_qps_per_replica"] = {p: c.target_qps_per_replica for p, c in contender.configs.items()}
+    return out
+
+
+def run_bound(catalog: str, seed: int, hours: float, load_scale: float = 1.0) -> dict:
+    started = time.process_time()
+    offers, caps, arrivals, _ = _setup(catalog, seed, hours, load_scale)
+    variants = {v.pool_id: v for v in VARIANTS}
+    b = clairvoyant.lower_bound(arrivals, sim.DT, round(sim.WARMUP_S / sim.DT), variants, caps, offers)
+    sampled, equal, worst = clairvoyant.check_exact(b, variants, offers)
+    return {
+        "name": "clairvoyant", "cost": b.cost, "billed_gpu_h": b.billed_gpu_h, "allocated_gpu_h": b.allocated_gpu_h,
+        "fragmentation": 1 - b.allocated_gpu_h / b.billed_gpu_h if b.billed_gpu_h else 0.0,
+        "intervals": b.intervals, "distinct_demands": b.solved,
+        "exact_check": {"sampled": sampled, "equal_to_exact_min_cost": equal, "worst_gap": worst},
+        "cpu_s": time.process_time() - started,
+    }
+
+
+def _fmt_row(r: dict, sky: dict, bound: dict | None) -> str:
+    slo = f"{100 * r['slo_attainment']:7.2f}" if "slo_attainment" in r else f"{'—':>7}"
+    cold = f"{r['cold_start_waits']:9d}" if "cold_start_waits" in r else f"{'—':>9}"
+    mig = f"{r['migrations']:6d}" if "migrations" in r else f"{'—':>6}"
+    vs_cv = f"{r['cost'] / bound['cost']:6.2f}" if bound else f"{'—':>6}"
+    return (f"{r['name']:<17} {r['cost']:9,.0f} {r['billed_gpu_h']:8.1f} {r['allocated_gpu_h']:8.1f} "
+            f"{100 * r['fragmentation']:6.1f} {slo} {cold} {mig} {r['cost'] / sky['cost']:6.2f} {vs_cv}")
+
+
+def render(results: dict, catalog: str, seed: int) -> tuple[str, dict[str, bool]]:
+    sky, bound, ours = results["skyserve"], results.get("clairvoyant"), results["nimbus"]
+    header = (f"{'contender':<17} {'$ / day':>9} {'billed':>8} {'alloc.':>8} {'frag%':>6} {'SLO%':>7} "
+              f"{'coldwait':>9} {'moves':>6} {'xSky':>6} {'xClair':>6}")
+    lines = [f"catalog {catalog}, seed {seed}: GPU-hours billed / allocated (held by a replica), fragmentation = "
+             "billed GPU-hours no replica holds", header, "-" * len(header)]
+    order = [*CONTENDERS, *sorted(k for k in results if k.startswith("skyserve-x")), *DIAGNOSTICS, "clairvoyant"]
+    for name in order:
+        if name in results:
+            lines.append(_fmt_row(results[name], sky, bound))
+    checks: dict[str, bool] = {}
+    if catalog == "sample":
+        checks[f"sample: nimbus cost <= 0.6x skyserve ({ours['cost'] / sky['cost']:.2f}x)"] = (
+            ours["cost"] <= 0.6 * sky["cost"])
+        checks[f"sample: nimbus SLO attainment >= skyserve ({100 * ours['slo_attainment']:.2f}% vs "
+               f"{100 * sky['slo_attainment']:.2f}%)"] = ours["slo_attainment"] >= sky["slo_attainment"]
+    checks[f"{catalog}: nimbus fragmentation <= 10% of billed GPU-hours ({100 * ours['fragmentation']:.1f}%)"] = (
+        ours["fragmentation"] <= 0.10)
+    if bound:
+        checks[f"{catalog}: nimbus cost <= 1.2x clairvoyant ({ours['cost'] / bound['cost']:.2f}x)"] = (
+            ours["cost"] <= 1.2 * bound["cost"])
+    lines.append("")
+    lines += [f"[{'PASS' if ok else 'FAIL'}] {text}" for text, ok in checks.items()]
+    # per pool
+    lines.append("")
+    names = [n for n in CONTENDERS if n in results]
+    head = f"{'pool':<18} {'requests':>9} " + " ".join(f"{n[:16]:>16} {'$':>7}" for n in names)
+    lines += ["per pool: SLO % and $ of the GPUs its replicas held (fragmentation not attributed)", head,
+              "-" * len(head)]
+    for pool in results[names[0]]["pools"]:
+        row = f"{pool:<18} {results[names[0]]['pools'][pool]['requests']:9d} "
+        row += " ".join(f"{100 * results[n]['pools'][pool]['slo_attainment']:16.2f} "
+                        f"{results[n]['pools'][pool]['cost']:7.0f}" for n in names)
+        lines.append(row)
+    lines.append("")
+    lines.append("where the money went ($): " + "; ".join(
+        f"{n}: loading {results[n]['held_cost'].get('loading', 0):,.0f}, serving "
+        f"{results[n]['held_cost'].get('serving', 0):,.0f}, draining {results[n]['held_cost'].get('draining', 0):,.0f}"
+        f", unallocated {results[n]['fragmentation_cost']:,.0f}" for n in names))
+    if bound:
+        ex = bound["exact_check"]
+        lines.append(f"clairvoyant: {bound['intervals']} intervals of {clairvoyant.INTERVAL_S:.0f} s, GPU-pooled "
+                     f"relaxation (a valid lower bound); equal to tests/fleet/milp.py exact_min_cost on "
+                     f"{ex['equal_to_exact_min_cost']}/{ex['sampled']} sampled intervals (worst gap "
+                     f"{100 * ex['worst_gap']:.2f}%)")
+    if "skyserve" in results:
+        lines.append("skyserve shapes: " + "; ".join(f"{p}: {s}" for p, s in results["skyserve"]["shapes"].items()
+                                                     if not p.startswith("tail-")) + "; tail pools likewise")
+    return "\n".join(lines), checks
+
+
+def code_version() -> dict:
+    """The commit the run measured, and whether the code under test had local changes."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    paths = ["controlplane/autoscaler", "controlplane/fleet", "bench/fleet", "bench/autoscale", "dataplane/sim"]
+    return {"commit": git("rev-parse", "HEAD"),
+            "dirty": [line[3:] for line in git("status", "--porcelain", "--", *[f":/{p}" for p in paths]).splitlines()
+                      if not line[3:].startswith("bench/fleet/results")]}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--catalog", choices=["sample", "fine"], default="sample")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--hours", type=float, default=24.0)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help=f"run only these ({', '.join([*CONTENDERS, *DIAGNOSTICS, 'clairvoyant'])}, skyserve-xF)")
+    p.add_argument("--skyserve-headroom", type=float, action="append", default=[], metavar="F",
+                   help="also run SkyServe planning each VM for F x its calibrated QPS (a row skyserve-xF)")
+    p.add_argument("--no-oracle", action="store_true", help="skip the nimbus-oracle diagnostic")
+    p.add_argument("--load-scale", type=float, default=1.0, help="multiply the main pools' request rates")
+    p.add_argument("--underused-fraction", type=float, help="consolidation budget override (default 0.5)")
+    p.add_argument("--nodes-in-flight", type=int, help="consolidation budget override (default 1)")
+    p.add_argument("--json", help="where to write the results (default bench/fleet/results-<catalog>.json)")
+    p.add_argument("--recalibrate", action="store_true", help="measure the replica capacities again")
+    p.add_argument("--scale", action="store_true", help="time one fleet tick on 10k nodes / 50k replicas instead")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.scale:
+        from bench.fleet import tick
+
+        return tick.main([])
+    started = time.time()
+    offers = offers_for(args.catalog)
+    caps = capacities(VARIANTS, {o.gpu_type for o in offers}, jobs=args.jobs, recalibrate=args.recalibrate)
+    print(f"{len(VARIANTS)} pools, {len(offers)} offers ({args.catalog} catalog); replica capacity at the "
+          "TTFT SLO (req/s):")
+    for v in VARIANTS:
+        print(f"  {v.pool_id:<18} {v.model} {v.quantization or 'bf16'} x{v.gpus} {v.kind:<13} " + ", ".join(
+            f"{g} {c.qps:.2f}" for g, c in caps[v.pool_id].items()))
+    budget = {k: v for k, v in (("underused_fraction", args.underused_fraction),
+                                ("max_nodes_in_flight", args.nodes_in_flight)) if v is not None}
+    kinds = args.only or [*CONTENDERS, *([] if args.no_oracle else DIAGNOSTICS), "clairvoyant"]
+    kinds += [f"skyserve-x{f:g}" for f in args.skyserve_headroom]
+    results: dict[str, dict] = {}
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {k: (pool.submit(run_bound, args.catalog, args.seed, args.hours, args.load_scale)
+                       if k == "clairvoyant" else
+                       pool.submit(run_contender, k, args.catalog, args.seed, args.hours, args.load_scale, budget))
+                   for k in kinds}
+        for k, f in futures.items():
+            results[k] = f.result()
+    if "skyserve" in results and "nimbus" in results:
+        text, checks = render(results, args.catalog, args.seed)
+        print(text)
+    else:
+        checks = {}
+        for r in results.values():
+            print(r["name"], f"${r['cost']:,.0f}", f"{r['billed_gpu_h']:.1f} GPU-h billed")
+    print(f"({time.time() - started:.0f} s)")
+    suffix = "" if args.seed == 1 else f"-seed{args.seed}"
+    if args.load_scale != 1.0 or budget or args.hours != 24.0:
+        suffix += "-variant"
+    path = Path(args.json) if args.json else HERE / f"results-{args.catalog}{suffix}.json"
+    path.write_text(json.dumps({"catalog": args.catalog, "seed": args.seed, "hours": args.hours,
+                                "load_scale": args.load_scale, "budget": budget, "code": code_version(),
+                                "checks": checks, "results": results}, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,555 @@
+"""The fleet simulation: nodes, replicas, billing, and the contenders that drive them.
+
+Time advances in steps of ``DT`` (10 s) from ``-WARMUP_S`` (an hour of the previous evening, not
+accounted, so the day does not start from an empty fleet) to the end of the day. Each step:
+
+1. the fleet advances: booted nodes become ready, loaded replicas become ready, a move's copy
+   that is ready retires its original, stopped replicas free their GPUs after ``DRAIN_S``;
+2. the contender decides (autoscaler and placement, or SkyServe's rule) from what the pools
+   reported in the previous steps;
+3. every pool's arrivals of [t, t + DT) are served by its ready replicas (``fluid.PoolQueue``).
+
+A new VM takes ``BOOT_S`` (120 s) to boot; a replica then takes its model-ready time on that GPU
+type (``dataplane.sim.timing.model_ready_seconds``: download, load, warm-up: 26-152 s here). A
+replica placed into free slots of a ready node only loads its model. VMs are billed per second
+from launch to release.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bench.autoscale.simulate import follow_target
+from bench.autoscale.trace import poisson_trace
+from bench.fleet.fluid import PoolQueue
+from bench.fleet.models import Variant
+from bench.fleet.profiles import MIX, Capacity
+from controlplane.autoscaler.baselines import SkyServeConfig, SkyServeState, skyserve_decide
+from controlplane.autoscaler.config import AutoscalerConfig
+from controlplane.autoscaler.policy import decide
+from controlplane.autoscaler.signals import AutoscalerState, PoolObservation, PoolSpec, ReplicaSignal
+from controlplane.fleet.autoscaling import profiled_throughput
+from controlplane.fleet.capacity import (
+    ConsolidationBudget,
+    HostedReplica,
+    NodeSlots,
+    Offer,
+    PoolNeed,
+)
+from controlplane.fleet.consolidation import plan_consolidation
+from controlplane.fleet.placement import choose_surplus, plan_placement
+
+DT = 10.0
+WARMUP_S = 3600.0
+BOOT_S = 120.0
+DRAIN_S = 20.0  # a stopped replica finishes its in-flight requests, then frees its GPUs
+EMPTY_NODE_TTL_S = 60.0  # controlplane.config.Settings.empty_node_ttl_s
+MAX_RUNNING = 128  # bench.autoscale.engine.ReplicaProfile.max_running_requests
+# Tokens per request of the mix (prompt + output): the token-rate history and the KV gauge.
+MEAN_TOKENS = poisson_trace(MIX, 50.0, 2000.0, 7).mean_tokens()
+
+
+# ---------------------------------------------------------------- fleet state and billing
+@dataclass(eq=False)
+class Node:
+    node_id: str
+    offer: Offer
+    zone: str
+    launched_at: float
+    ready_at: float
+    released_at: float | None = None
+    empty_since: float | None = None
+    underused_since: float | None = None
+    replicas: dict[str, Replica] = field(default_factory=dict)
+
+    def used_gpus(self) -> int:
+        return sum(len(r.gpu_ids) for r in self.replicas.values())
+
+
+@dataclass(eq=False)
+class Replica:
+    replica_id: str
+    pool_id: str
+    node: Node
+    gpu_ids: tuple[int, ...]
+    cap: Capacity
+    copies: int  # data-parallel copies serving behind it (SkyServe-style VMs); 1 for Nimbus
+    placed_at: float
+    ready_at: float
+    state: str = "starting"  # starting | ready | stopping | ended
+    replaces: str | None = None  # a move's copy, while its original still serves
+    moving: bool = False  # the original of a move in flight
+    stop_at: float | None = None
+    stopped_at: float | None = None  # when it was told to stop
+
+    @property
+    def gpu_type(self) -> str:
+        return self.node.offer.gpu_type
+
+
+@dataclass
+class Totals:
+    cost: float = 0.0
+    billed_gpu_s: float = 0.0
+    allocated_gpu_s: float = 0.0
+    nodes_launched: int = 0
+    replicas_placed: int = 0
+    migrations: int = 0
+    consolidation_actions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    unplaced: int = 0
+    peak_nodes: int = 0
+    peak_gpus: int = 0
+    tick_s: list[float] = field(default_factory=list)
+    cost_by_shape: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    gpu_s_by_pool_type: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # $ of the GPUs replicas held, by phase: loading (placed -> ready), serving, draining
+    held_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    pool_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # GPUs held, $ per pool
+
+
+class Fleet:
+    def __init__(self, start: float, end: float):
+        self.start, self.end = start, end
+        self.nodes: dict[str, Node] = {}
+        self.replicas: dict[str, Replica] = {}
+        self.by_pool: dict[str, dict[str, Replica]] = defaultdict(dict)
+        self.totals = Totals()
+        self.ready_samples: dict[str, list[float]] = defaultdict(list)
+        self._ids = 0
+
+    def _id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}{self._ids:06d}"
+
+    def _window(self, a: float, b: float) -> float:
+        return max(0.0, min(b, self.end) - max(a, self.start))
+
+    def launch(self, offer: Offer, zone: str | None, t: float) -> Node:
+        node = Node(self._id("n"), offer, zone or (offer.zones[0] if offer.zones else ""), t, t + BOOT_S)
+        self.nodes[node.node_id] = node
+        if t >= self.start:
+            self.totals.nodes_launched += 1
+        return node
+
+    def place(self, pool_id: str, node: Node, gpu_ids: tuple[int, ...], cap: Capacity, t: float, *,
+              copies: int = 1, replaces: str | None = None) -> Replica:
+        begin = max(t, node.ready_at)
+        r = Replica(self._id("r"), pool_id, node, tuple(gpu_ids), cap, copies, t, begin + cap.model_ready_s,
+                    replaces=replaces)
+        assert not set(r.gpu_ids) & {g for x in node.replicas.values() for g in x.gpu_ids}, "GPU handed out twice"
+        assert max(r.gpu_ids) < node.offer.gpu_count
+        node.replicas[r.replica_id] = r
+        node.empty_since = None
+        self.replicas[r.replica_id] = r
+        self.by_pool[pool_id][r.replica_id] = r
+        if t >= self.start:
+            self.totals.replicas_placed += 1
+        return r
+
+    def stop(self, r: Replica, t: float) -> None:
+        if r.state == "starting":
+            self._end(r, t)
+        elif r.state == "ready":
+            r.state = "stopping"
+            r.stop_at = t + DRAIN_S
+            r.stopped_at = t
+        for c in list(self.by_pool[r.pool_id].values()):
+            if c.replaces == r.replica_id:  # a copy of a replica that stops is not wanted either
+                self._end(c, t)
+
+    def _end(self, r: Replica, at: float) -> None:
+        held = self._window(r.placed_at, at) * len(r.gpu_ids)
+        self.totals.allocated_gpu_s += held
+        self.totals.gpu_s_by_pool_type[f"{r.pool_id}@{r.gpu_type}"] += held
+        per_gpu_s = r.node.offer.price_per_gpu_hour / 3600 * len(r.gpu_ids)
+        ready = min(r.ready_at, at)
+        stopped = at if r.stopped_at is None else min(r.stopped_at, at)
+        for phase, a, b in (("loading", r.placed_at, ready), ("serving", ready, stopped), ("draining", stopped, at)):
+            self.totals.held_cost[phase] += self._window(a, b) * per_gpu_s
+        self.totals.pool_cost[r.pool_id] += held / len(r.gpu_ids) * per_gpu_s
+        r.state = "ended"
+        del r.node.replicas[r.replica_id]
+        del self.replicas[r.replica_id]
+        del self.by_pool[r.pool_id][r.replica_id]
+        if r.replaces is None:
+            for other in self.by_pool[r.pool_id].values():
+                if other.replaces == r.replica_id:
+                    other.replaces = None
+
+    def release(self, node: Node, t: float) -> None:
+        for r in list(node.replicas.values()):
+            self._end(r, t)
+        span = self._window(node.launched_at, t)
+        self.totals.cost += span * node.offer.price_per_hour / 3600
+        o = node.offer
+        self.totals.cost_by_shape[f"{o.cloud}/{o.region}/{o.instance_type}"] += span * o.price_per_hour / 3600
+        self.totals.billed_gpu_s += span * node.offer.gpu_count
+        node.released_at = t
+        del self.nodes[node.node_id]
+
+    def advance(self, t: float) -> list[Replica]:
+        """Readiness, moves and drains up to ``t``; returns the replicas whose stop completed."""
+        ended = []
+        for r in list(self.replicas.values()):
+            if r.state == "starting" and r.ready_at <= t:
+                r.state = "ready"
+                self.ready_samples[r.pool_id].append(r.ready_at - r.placed_at)
+        for r in list(self.replicas.values()):
+            if r.state == "ready" and r.replaces is not None:
+                original = self.replicas.get(r.replaces)
+                r.replaces = None
+                if original is not None:
+                    self.stop(original, t)
+        for r in list(self.replicas.values()):
+            if r.state == "stopping" and r.stop_at is not None and r.stop_at <= t:
+                self._end(r, r.stop_at)
+                ended.append(r)
+        gpus = sum(n.offer.gpu_count for n in self.nodes.values())
+        if t >= self.start:
+            self.totals.peak_nodes = max(self.totals.peak_nodes, len(self.nodes))
+            self.totals.peak_gpus = max(self.totals.peak_gpus, gpus)
+        return ended
+
+    def close(self) -> None:
+        for node in list(self.nodes.values()):
+            self.release(node, self.end)
+
+
+# ---------------------------------------------------------------- pools as the contenders see them
+@dataclass
+class PoolRun:
+    variant: Variant
+    caps: Mapping[str, Capacity]  # GPU type -> capacity
+    arrivals: np.ndarray
+    queue: PoolQueue
+    request_history: list[tuple[float, float]] = field(default_factory=list)
+    token_history: list[tuple[float, float]] = field(default_factory=list)
+    last_request_at: float | None = None
+    utilization: float = 0.0
+    state: object = None
+    target: int = 0
+
+    @property
+    def pool_id(self) -> str:
+        return self.variant.pool_id
+
+    def need(self, missing_on_demand: int = 0) -> PoolNeed:
+        v = self.variant
+        return PoolNeed(pool_id=v.pool_id, gpus_per_replica=v.gpus, gpu_memory_gb=v.gpu_memory_gb,
+                        gpu_types=tuple(self.caps), missing_on_demand=missing_on_demand,
+                        tokens_per_s={g: c.tokens_per_s for g, c in self.caps.items()})
+
+
+@dataclass
+class Outcome:
+    name: str
+    totals: Totals
+    requests: int
+    within: float
+    cold_waits: int
+    dropped: float
+    per_pool: dict[str, dict]
+
+
+class Contender:
+    name = "?"
+
+    def __init__(self, pools: Sequence[PoolRun], offers: Sequence[Offer], start: float, end: float):
+        self.pools = {p.pool_id: p for p in pools}
+        self.offers = list(offers)
+        self.fleet = Fleet(0.0, end)
+        self.start, self.end = start, end
+
+    # -- gauges
+    def signals(self, pool: PoolRun, t: float) -> tuple[ReplicaSignal, ...]:
+        reps = [r for r in self.fleet.by_pool[pool.pool_id].values() if r.replaces is None]
+        ready = [r for r in reps if r.state == "ready"]
+        rate = sum(r.copies * r.cap.qps for r in ready)
+        p95 = pool.queue.ttft_p95(t)
+        out = []
+        for r in reps:
+            running = queued = 0
+            kv = 0.0
+            if r.state == "ready":
+                share = r.copies * r.cap.qps / rate if rate else 0.0
+                running = round(min(MAX_RUNNING, r.cap.at(r.cap.in_flight, pool.utilization, 0.0)) * r.copies)
+                queued = round(pool.queue.backlog * share)
+                kv = min(1.0, running / r.copies * MEAN_TOKENS / r.cap.kv_capacity_tokens)
+            out.append(ReplicaSignal(
+                replica_id=r.replica_id, node_id=r.node.node_id,
+                state={"starting": "starting", "ready": "ready", "stopping": "draining"}[r.state], spot=False,
+                num_queue_reqs=queued, num_running_reqs=running, max_running_requests=MAX_RUNNING * r.copies,
+                kv_usage=kv, ttft_p95_s=p95 if r.state == "ready" else None, started_at=r.placed_at,
+                ready_at=r.ready_at if r.state != "starting" else None, gpus=len(r.gpu_ids),
+            ))
+        return tuple(out)
+
+    def observation(self, pool: PoolRun, t: float) -> PoolObservation:
+        ready_any = any(r.state == "ready" for r in self.fleet.by_pool[pool.pool_id].values())
+        return PoolObservation(
+            now=t, replicas=self.signals(pool, t), request_rate_history=pool.request_history,
+            token_rate_history=pool.token_history,
+            model_ready_seconds=tuple(self.fleet.ready_samples[pool.pool_id][-50:]),
+            last_request_at=pool.last_request_at,
+            activation_requested=pool.queue.backlog > 0 and not ready_any,
+        )
+
+    # -- serving
+    def serve(self, t: float, step: int) -> None:
+        for pool in self.pools.values():
+            n = int(pool.arrivals[step])
+            by_type: dict[str, list] = {}
+            for r in self.fleet.by_pool[pool.pool_id].values():
+                if r.state == "ready" and r.replaces is None:
+                    entry = by_type.setdefault(r.gpu_type, [0, r.cap])
+                    entry[0] += r.copies
+            res = pool.queue.step(t, DT, n, [(k, c) for k, c in by_type.values()])
+            pool.utilization = res.utilization
+            if n:
+                pool.last_request_at = t + DT
+            pool.request_history.append((t + DT, n / DT))
+            pool.token_history.append((t + DT, n * MEAN_TOKENS / DT))
+
+    def decide(self, t: float) -> None:
+        raise NotImplementedError
+
+    def run(self) -> Outcome:
+        steps = round((self.end - self.start) / DT)
+        for k in range(steps):
+            t = self.start + k * DT
+            self.fleet.advance(t)
+            self.decide(t)
+            self.serve(t, k)
+        for pool in self.pools.values():
+            pool.queue.close()
+        self.fleet.close()
+        per_pool = {p.pool_id: {"requests": p.queue.requests, "within": p.queue.within,
+                                "cold_waits": p.queue.cold_waits, "dropped": p.queue.dropped}
+                    for p in self.pools.values()}
+        return Outcome(self.name, self.fleet.totals, sum(p.queue.requests for p in self.pools.values()),
+                       sum(p.queue.within for p in self.pools.values()),
+                       sum(p.queue.cold_waits for p in self.pools.values()),
+                       sum(p.queue.dropped for p in self.pools.values()), per_pool)
+
+
+# ---------------------------------------------------------------- 1 and 2: Nimbus
+class Nimbus(Contender):
+    """Per pool ``controlplane.autoscaler.policy.decide``; then the fleet tick of
+    ``controlplane.fleet.reconcile`` replayed on the simulated fleet: missing replicas placed by
+    ``plan_placement``, surplus ones chosen by ``choose_surplus``, empty nodes released after
+    the TTL, underused nodes timed and handed to ``plan_consolidation`` (when enabled)."""
+
+    def __init__(self, pools, offers, start, end, *, consolidation: bool = True,
+                 budget: ConsolidationBudget | None = None):
+        super().__init__(pools, offers, start, end)
+        self.consolidation = consolidation
+        self.name = "nimbus" if consolidation else "nimbus-no-consol"
+        self.budget = budget or ConsolidationBudget()
+        self.config = AutoscalerConfig()
+        for p in self.pools.values():
+            p.state = AutoscalerState()
+
+    def spec(self, pool: PoolRun) -> PoolSpec:
+        v = pool.variant
+        types = [r.gpu_type for r in self.fleet.by_pool[pool.pool_id].values()
+                 if r.replaces is None and r.state != "ended"]
+        return PoolSpec(
+            pool_id=v.pool_id, kind=v.kind, min_replicas=v.min_replicas, max_replicas=v.max_replicas,
+            ttft_slo_s=v.slo_s, gpus_per_replica=v.gpus,
+            replica_tokens_per_s=profiled_throughput({g: c.tokens_per_s for g, c in pool.caps.items()}, types),
+        )
+
+    def slots(self, node: Node, t: float) -> NodeSlots:
+        hosted = tuple(
+            HostedReplica(replica_id=r.replica_id, pool_id=r.pool_id, gpu_ids=r.gpu_ids, ready=r.state == "ready",
+                          model_ready_s=r.cap.model_ready_s,
+                          moving=r.moving or r.replaces is not None or r.state == "stopping")
+            for r in node.replicas.values()
+        )
+        o = node.offer
+        return NodeSlots(
+            node_id=node.node_id, cloud=o.cloud, region=o.region, zone=node.zone, instance_type=o.instance_type,
+            gpu_type=o.gpu_type, gpus_total=o.gpu_count, spot=o.spot, dedicated_tenant_id=None,
+            price_per_hour=o.price_per_hour, replicas=hosted, launched=True, ready=node.ready_at <= t,
+            underused_since=node.underused_since, gpu_memory_gb=o.gpu_memory_gb,
+        )
+
+    def autoscale(self, t: float) -> None:
+        for pool in self.pools.values():
+            decision, pool.state = decide(self.spec(pool), self.observation(pool, t), pool.state, self.config)
+            pool.target = decision.target_replicas
+
+    def decide(self, t: float) -> None:
+        self.autoscale(t)
+        self.fleet_tick(t)
+
+    def fleet_tick(self, t: float) -> None:
+        fleet = self.fleet
+        # size every pool (on-demand only: the market mix is the whole target)
+        slots = {nid: self.slots(n, t) for nid, n in fleet.nodes.items()}
+        needs, scaling_up = [], set()
+        for pool in self.pools.values():
+            ours = [r for r in fleet.by_pool[pool.pool_id].values()
+                    if r.state in ("starting", "ready") and r.replaces is None]
+            missing = pool.target - len(ours)
+            if missing > 0:
+                needs.append(pool.need(missing))
+                scaling_up.add(pool.pool_id)
+            elif missing < 0:
+                nodes = [slots[nid] for nid in sorted({r.node.node_id for r in ours})]
+                for rid in choose_surplus(pool.pool_id, 0, -missing, nodes):
+                    fleet.stop(fleet.replicas[rid], t)
+        if needs:
+            plan = plan_placement(needs, list(slots.values()), self.offers)
+            launched = {new.key: fleet.launch(new.offer, new.zones[0] if new.zones else None, t)
+                        for new in plan.launches}
+            for placed in plan.placed:
+                node = launched.get(placed.node_id) or fleet.nodes[placed.node_id]
+                fleet.place(placed.pool_id, node, placed.gpu_ids, self.pools[placed.pool_id].caps[node.offer.gpu_type],
+                            t)
+            if t >= 0:
+                fleet.totals.unplaced += sum(n for _, n, _ in plan.unplaced)
+        # nodes: release the empty ones after the TTL, time the underused ones
+        for node in list(fleet.nodes.values()):
+            if node.replicas:
+                node.empty_since = None
+                under = node.ready_at <= t and node.used_gpus() / node.offer.gpu_count < self.budget.underused_fraction
+                if not under:
+                    node.underused_since = None
+                elif node.underused_since is None:
+                    node.underused_since = t
+                continue
+            node.underused_since = None
+            if node.empty_since is None:
+                node.empty_since = t
+            if t - node.empty_since >= EMPTY_NODE_TTL_S:
+                fleet.release(node, t)
+        if self.consolidation:
+            self.consolidate(t, frozenset(scaling_up))
+
+    def consolidate(self, t: float, scaling_up: frozenset[str]) -> None:
+        fleet = self.fleet
+        copies = [r for r in fleet.replicas.values() if r.replaces is not None]
+        in_flight: dict[str, int] = defaultdict(int)
+        sources = set()
+        for c in copies:
+            in_flight[c.pool_id] += 1
+            if (orig := fleet.replicas.get(c.replaces)) is not None:
+                sources.add(orig.node.node_id)
+        slots = [self.slots(n, t) for n in fleet.nodes.values()]
+        pools = {p.pool_id: p.need() for p in self.pools.values()}
+        actions = plan_consolidation(slots, pools, self.offers, t, self.budget, scaling_up=scaling_up,
+                                     moves_in_flight=in_flight, nodes_in_flight=len(sources))
+        for action in actions:
+            targets = {}
+            if action.new_node is not None:
+                nn = action.new_node
+                targets[nn.key] = fleet.launch(nn.offer, nn.zones[0] if nn.zones else None, t)
+            for move in action.moves:
+                original = fleet.replicas[move.replica_id]
+                node = targets.get(move.to_node) or fleet.nodes[move.to_node]
+                fleet.place(move.pool_id, node, move.gpu_ids, self.pools[move.pool_id].caps[node.offer.gpu_type], t,
+                            replaces=original.replica_id)
+                original.moving = True
+                if t >= 0:
+                    fleet.totals.migrations += 1
+            if t >= 0:
+                fleet.totals.consolidation_actions[action.kind] += 1
+
+
+class OracleNimbus(Nimbus):
+    """A diagnostic, not a contender: Nimbus's fleet layer (placement, surplus choice, TTL,
+    consolidation) driven by an oracle instead of the autoscaler. Each pool's target is the
+    replicas its demand needs over the next ``lookahead_s`` (the highest 60-s mean rate in that
+    window, at the mean calibrated rate of its current replicas' GPU types, or its best type):
+    what a perfect forecaster with no headroom would ask for. It separates what the fleet layer
+    costs (fragmentation, GPU types, cold starts) from what the autoscaler's headroom costs."""
+
+    def __init__(self, pools, offers, start, end, *, lookahead_s: float = 300.0):
+        super().__init__(pools, offers, start, end, consolidation=True)
+        self.name = "nimbus-oracle"
+        self.rates = {}
+        per = round(60.0 / DT)
+        ahead = round(lookahead_s / DT)
+        for p in self.pools.values():
+            a = p.arrivals.astype(float) / DT
+            smooth = np.convolve(a, np.ones(per) / per)[per - 1:]  # mean of [k, k + 60 s)
+            padded = np.concatenate([smooth, np.zeros(ahead)])
+            self.rates[p.pool_id] = np.array([padded[k:k + ahead].max() for k in range(len(a))])
+
+    def autoscale(self, t: float) -> None:
+        k = round((t - self.start) / DT)
+        for pool in self.pools.values():
+            rate = float(self.rates[pool.pool_id][min(k, len(self.rates[pool.pool_id]) - 1)])
+            types = [r.gpu_type for r in self.fleet.by_pool[pool.pool_id].values()
+                     if r.replaces is None and r.state != "ended"]
+            qps = (sum(pool.caps[g].qps for g in types) / len(types) if types
+                   else max(c.qps for c in pool.caps.values()))
+            floor = 0 if pool.variant.tail else pool.variant.min_replicas
+            pool.target = max(floor, math.ceil(rate / qps - 1e-9))
+
+
+# ---------------------------------------------------------------- 3: SkyServe-style
+def cheapest_shape(pool: PoolRun, offers: Sequence[Offer]) -> Offer:
+    """SkyPilot's choice for a service's resources: the cheapest VM that fits one copy."""
+    v = pool.variant
+    fitting = [o for o in offers if not o.spot and o.zones and o.gpu_type in pool.caps and o.gpu_count >= v.gpus
+               and o.gpu_memory_gb >= v.gpu_memory_gb]
+    return min(fitting, key=lambda o: (o.price_per_hour, -o.gpu_count, o.cloud, o.region, o.instance_type))
+
+
+class SkyServe(Contender):
+    """One SkyServe service per model: each replica its own VM of the cheapest shape that fits one
+    copy, filled with data-parallel copies (``gpu_count // gpus`` of them, all counted as
+    capacity); the replica count from ``controlplane.autoscaler.baselines.skyserve_decide`` with
+    the per-VM target QPS = copies × the calibrated per-copy QPS; targets applied by
+    ``bench.autoscale.simulate.follow_target`` as in ``bench.autoscale``."""
+
+    name = "skyserve"
+
+    def __init__(self, pools, offers, start, end, *, qps_factor: float = 1.0):
+        """``qps_factor`` < 1 plans each VM for that share of its calibrated QPS (headroom)."""
+        super().__init__(pools, offers, start, end)
+        if qps_factor != 1.0:
+            self.name = f"skyserve-x{qps_factor:g}"
+        self.shape = {}
+        self.copies = {}
+        self.configs = {}
+        for p in self.pools.values():
+            shape = cheapest_shape(p, self.offers)
+            self.shape[p.pool_id] = shape
+            self.copies[p.pool_id] = shape.gpu_count // p.variant.gpus
+            qps = self.copies[p.pool_id] * p.caps[shape.gpu_type].qps * qps_factor
+            self.configs[p.pool_id] = SkyServeConfig(target_qps_per_replica=qps)
+            p.state = SkyServeState()
+        self.next_decision = -math.inf
+
+    def decide(self, t: float) -> None:
+        fleet = self.fleet
+        # a VM goes with its replica
+        for node in list(fleet.nodes.values()):
+            if not node.replicas:
+                fleet.release(node, t)
+        if t < self.next_decision:
+            return
+        self.next_decision = t + SkyServeConfig(1.0).decision_interval_s - 1e-6
+        for pool in self.pools.values():
+            v = pool.variant
+            spec = PoolSpec(pool_id=v.pool_id, kind=v.kind, min_replicas=0 if v.tail else v.min_replicas,
+                            max_replicas=v.max_replicas, ttft_slo_s=v.slo_s, gpus_per_replica=v.gpus)
+            obs = self.observation(pool, t)
+            decision, pool.state = skyserve_decide(spec, obs, pool.state, self.configs[v.pool_id])
+            launches, drains = follow_target(obs.replicas, decision.target_replicas)
+            shape = self.shape[v.pool_id]
+            for _ in range(launches):
+                node = fleet.launch(shape, None, t)
+                fleet.place(v.pool_id, node, tuple(range(shape.gpu_count)), pool.caps[shape.gpu_type], t,
+                            copies=self.copies[v.pool_id])
+            for rid in drains:
+                fleet.stop(fleet.replicas[rid], t)
+
