@@ -9,7 +9,18 @@ from sqlalchemy import select
 
 from controlplane.db.engine import session_scope
 from controlplane.fleet.nodes import ALLOWED, IllegalTransition, transition
-from controlplane.models import AuditEvent, Cloud, Model, ModelVariant, Node, NodeState, Pool
+from controlplane.models import (
+    AuditEvent,
+    Cloud,
+    Model,
+    ModelVariant,
+    Node,
+    NodeState,
+    Pool,
+    Replica,
+    ReplicaDesiredState,
+    ReplicaState,
+)
 
 
 @pytest.fixture
@@ -23,9 +34,10 @@ def node(settings):
         p = Pool(name=f"p-{uuid.uuid4().hex[:6]}", variant_id=m.variants[0].id)
         s.add(p)
         s.flush()
-        n = Node(pool_id=p.id, launch_token=uuid.uuid4().hex)
+        n = Node(launch_token=uuid.uuid4().hex, gpus_total=2)
         s.add(n)
         s.flush()
+        s.add(Replica(node_id=n.id, pool_id=p.id, variant_id=p.variant_id, state=ReplicaState.ready, gpu_ids=[0]))
         return n.id
 
 
@@ -64,3 +76,17 @@ def test_terminated_is_final_and_every_live_state_can_terminate() -> None:
     for state, targets in ALLOWED.items():
         if state not in (NodeState.terminated, NodeState.terminating):
             assert NodeState.terminating in targets or NodeState.terminated in targets
+
+
+@pytest.mark.parametrize("to, ended", [(NodeState.terminating, ReplicaState.stopped),
+                                       (NodeState.failed, ReplicaState.failed)])
+def test_a_node_leaving_the_fleet_takes_its_replicas_with_it(settings, node, to, ended) -> None:
+    """Its engines go with the VM: the replicas stop being routed (the edge snapshot reads ready
+    replicas) and wanted (the fleet tick places replacements)."""
+    with session_scope(settings) as s:
+        n = s.get(Node, node)
+        n.state = NodeState.ready
+        transition(s, n, to, reason="test")
+    with session_scope(settings) as s:
+        [r] = s.scalars(select(Replica).where(Replica.node_id == node)).all()
+        assert (r.state, r.desired_state) == (ended, ReplicaDesiredState.stopped)
