@@ -15,7 +15,6 @@ from typing import Literal
 
 ReplicaState = Literal["starting", "ready", "draining"]
 PoolKind = Literal["warm", "scale_to_zero"]
-SpotPolicy = Literal["on_demand", "spot", "spot_with_fallback"]
 
 
 @dataclass(frozen=True)
@@ -45,22 +44,6 @@ class ReplicaSignal:
 
 
 @dataclass(frozen=True)
-class NodeSignal:
-    """Transitional: the executor still builds these. The policy no longer reads nodes
-    (placement and consolidation are the fleet's); delete once ``observe`` stops passing them."""
-
-    node_id: str
-    gpus_total: int
-    gpus_used: int
-    spot: bool = False
-    zone: str = ""
-
-    @property
-    def gpus_free(self) -> int:
-        return max(0, self.gpus_total - self.gpus_used)
-
-
-@dataclass(frozen=True)
 class PoolSpec:
     """Desired-state knobs an admin sets on a pool."""
 
@@ -70,9 +53,6 @@ class PoolSpec:
     max_replicas: int = 8
     ttft_slo_s: float = 2.0
     idle_timeout_s: float = 900.0
-    # Transitional, not read by the policy: the market is the fleet's (``fleet.markets``).
-    spot_policy: SpotPolicy = "on_demand"
-    spot_base_on_demand: int = 0
     gpus_per_replica: int = 1
     tenant_gpu_quota: int | None = None  # dedicated pools only
     # GPUs the owning tenant holds across all its pools *including this one* (draining too).
@@ -123,11 +103,6 @@ class PoolObservation:
     last_request_at: float | None = None
     activation_requested: bool = False  # the edge holds a request for a pool at zero
     edge: EdgeSignals | None = None  # the edges' view of the pool's served model; None: no edge reported
-    # Transitional, not read by the policy (nodes: placement and consolidation; spot outage and
-    # prices: the market, ``fleet.markets``); delete once ``observe`` stops passing them.
-    nodes: tuple[NodeSignal, ...] = ()
-    spot_unavailable_until: float | None = None
-    prices: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -30,19 +30,14 @@ from controlplane.autoscaler.policy import decide, prewarm_horizon
 from controlplane.autoscaler.signals import (
     AutoscalerState,
     EdgeSignals,
-    NodeSignal,
     PoolObservation,
     PoolSpec,
     ReplicaSignal,
 )
 from controlplane.config import Settings
-from controlplane.fleet import blocklist, placement_catalog, reconcile
-from controlplane.fleet.capacity import Offer
 from controlplane.fleet.edge_signals import read_edge_signals, redis_client
-from controlplane.fleet.placement import fits_offer
 from controlplane.models import (
     AutoscalerDecision,
-    CapacityBlock,
     Node,
     NodeState,
     Pool,
@@ -116,18 +111,6 @@ def profiled_throughput(profile: Mapping[str, float], gpu_types: Sequence[str | 
     return min((float(v) for v in profile.values()), default=None)
 
 
-def replica_prices(offers: Sequence[Offer], pool: Pool) -> dict[str, float]:
-    """$/replica-hour of the cheapest launchable offer that fits the pool, per market."""
-    need = reconcile.pool_need(pool)
-    prices: dict[str, float] = {}
-    for o in offers:
-        if o.zones and fits_offer(need, o):
-            market = "spot" if o.spot else "on_demand"
-            price = o.price_per_gpu_hour * need.gpus_per_replica
-            prices[market] = min(prices.get(market, price), price)
-    return prices
-
-
 # ---------------------------------------------------------------- observation (reads)
 @dataclass(frozen=True)
 class Observed:
@@ -160,30 +143,6 @@ def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime) -> tuple
     return req, tok, last
 
 
-def _spot_unavailable_until(session: Session, pool: Pool, now: dt.datetime) -> float | None:
-    """Spot counts as unavailable while every placement region has an active spot block.
-
-    Zone- and type-level blocks are approximated by their region: the launcher's own failover
-    walks the zones; this signal only tells the policy to plan on-demand for a while."""
-    regions = {(p["cloud"], p["region"]) for p in pool.placement or []}
-    if not regions:
-        return None
-    blocks = session.execute(
-        select(CapacityBlock.cloud, CapacityBlock.region, func.max(CapacityBlock.expires_at))
-        .where(CapacityBlock.expires_at > now, CapacityBlock.spot.is_not(False))
-        .group_by(CapacityBlock.cloud, CapacityBlock.region)
-    ).all()
-    by_region = {(c, r): exp for c, r, exp in blocks}
-    cloud_wide = {c: exp for c, r, exp in blocks if r is None}
-    ends = []
-    for cloud, region in regions:
-        exp = by_region.get((cloud, region)) or cloud_wide.get(cloud)
-        if exp is None:
-            return None
-        ends.append(exp)
-    return min(ends).timestamp()
-
-
 def _tenant_gpus(session: Session, tenant_id: uuid.UUID) -> int:
     """GPUs held by the tenant's dedicated pools: every replica not stopped counts."""
     from controlplane.models import ModelVariant
@@ -199,8 +158,7 @@ def _tenant_gpus(session: Session, tenant_id: uuid.UUID) -> int:
     return int(n or 0)
 
 
-def observe(session: Session, pool: Pool, now: dt.datetime, offers: Sequence[Offer] = (),
-            edge: EdgeSignals | None = None) -> Observed:
+def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | None = None) -> Observed:
     gpus = pool.variant.gpu_count
     rows = session.execute(
         select(Replica, Node)
@@ -212,15 +170,6 @@ def observe(session: Session, pool: Pool, now: dt.datetime, offers: Sequence[Off
                Replica.replaces_id.is_(None) | (Replica.state == ReplicaState.ready))
     ).all()
     replicas = [replica_signal(r, n, gpus) for r, n in rows]
-    nodes_by_id: dict[uuid.UUID, Node] = {n.id: n for _, n in rows}
-    used: dict[uuid.UUID, int] = defaultdict(int)
-    for r, _ in rows:
-        used[r.node_id] += gpus
-    nodes = tuple(
-        NodeSignal(node_id=str(n.id), gpus_total=max(n.gpus_total, used[n.id]), gpus_used=used[n.id], spot=n.spot,
-                   zone=n.zone or "")
-        for n in nodes_by_id.values()
-    )
     req_hist, tok_hist, last_usage = _history(session, pool.variant_id, now)
     live_req, live_tok = live_rates([r for r, _ in rows])
     if rows:
@@ -253,8 +202,6 @@ def observe(session: Session, pool: Pool, now: dt.datetime, offers: Sequence[Off
         max_replicas=pool.max_replicas,
         ttft_slo_s=pool.ttft_slo_ms / 1000,
         idle_timeout_s=float(pool.idle_timeout_s),
-        spot_policy=pool.spot_policy.value,
-        spot_base_on_demand=pool.spot_base_on_demand,
         gpus_per_replica=gpus,
         tenant_gpu_quota=quota,
         tenant_gpus_in_use=in_use,
@@ -264,14 +211,11 @@ def observe(session: Session, pool: Pool, now: dt.datetime, offers: Sequence[Off
     obs = PoolObservation(
         now=now.timestamp(),
         replicas=tuple(replicas),
-        nodes=nodes,
         request_rate_history=req_hist,
         token_rate_history=tok_hist,
         model_ready_seconds=tuple(float(x) for x in ready_times),
         last_request_at=last_request,
         activation_requested=activation,
-        spot_unavailable_until=_spot_unavailable_until(session, pool, now),
-        prices=replica_prices(offers, pool),
         edge=edge,
     )
     state = AutoscalerState.from_json(json.dumps(pool.autoscaler_state) if pool.autoscaler_state else None)
@@ -302,11 +246,8 @@ def _record(session: Session, pool: Pool, now: dt.datetime, current: int, decisi
 
 
 def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Settings,
-                   config: AutoscalerConfig | None = None, offers: Sequence[Offer] | None = None,
-                   edge: EdgeSignals | None = None) -> str:
-    if offers is None:
-        offers = placement_catalog.offers(placement_catalog.load(session), blocklist.active_blocks(session, now), now)
-    seen = observe(session, pool, now, offers, edge)
+                   config: AutoscalerConfig | None = None, edge: EdgeSignals | None = None) -> str:
+    seen = observe(session, pool, now, edge)
     config = config or AutoscalerConfig()
     spec, floor = with_schedule(seen.spec, pool, seen.obs, config)
     decision, new_state = decide(spec, seen.obs, seen.state, config)
@@ -357,14 +298,13 @@ def autoscale_tick(session: Session, settings: Settings, now: dt.datetime,
         select(Pool).where(Pool.paused.is_(False)).order_by(Pool.id).with_for_update(skip_locked=True, of=Pool)
     ).all()
     counts: dict[str, int] = defaultdict(int)
-    offers = placement_catalog.offers(placement_catalog.load(session), blocklist.active_blocks(session, now), now)
     edges = read_edge_signals(redis_client(settings.redis_url), now, prefix=settings.edge_signals_prefix)
     model_of = {p.id: served_model_name(p.variant.model.name, p.variant.tier) for p in pools}
     sharing = Counter(model_of.values())
     for pool in pools:
         name = model_of[pool.id]
         edge = edge_share(edges.get(name), sharing[name])
-        counts[autoscale_pool(session, pool, now, settings, config, offers, edge)] += 1
+        counts[autoscale_pool(session, pool, now, settings, config, edge)] += 1
     return dict(counts)
 
 
