@@ -30,8 +30,9 @@ from sqlalchemy.orm import Session
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
-from controlplane.fleet import blocklist, node_bootstrap, placement_catalog
+from controlplane.fleet import blocklist, executor, node_bootstrap, placement_catalog
 from controlplane.fleet.clouds import Providers
+from controlplane.fleet.executor import ClaimedOperation
 from controlplane.fleet.leases import held, stamp
 from controlplane.fleet.nodes import transition
 from controlplane.fleet.provisioning import (
@@ -68,13 +69,9 @@ MIN_RETRY = dt.timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
-class LaunchJob:
+class LaunchJob(ClaimedOperation):
     """A claimed launch, detached from the session that claimed it."""
 
-    op_id: uuid.UUID
-    lease: uuid.UUID
-    attempt: int
-    node_id: uuid.UUID
     pool_id: uuid.UUID | None  # the pool whose placement asked for this node (capacity status)
     placement: list[dict[str, Any]]  # the planned cloud/region and zones to walk, from the launch spec
     market_policy: str  # "spot" or "on_demand": the fleet tick chose the market
@@ -109,15 +106,12 @@ def execute(
     settings: Settings, providers: Providers, op_id: uuid.UUID, clock: Callable[[], dt.datetime] = utcnow
 ) -> str:
     """Run one launch operation if it is due and unclaimed. Returns what happened, for logs."""
-    with session_scope(settings) as session:
-        job = _claim(session, settings, op_id, clock())
-    if isinstance(job, str):
-        return job
-    outcome = _walk(settings, providers, job, clock)
-    if outcome is None:
-        return "lease lost"
-    with session_scope(settings) as session:
-        return _apply(session, settings, job, outcome, clock())
+    return executor.run(
+        settings, clock,
+        claim=lambda session, now: _claim(session, settings, op_id, now),
+        act=lambda job: _walk(settings, providers, job, clock),
+        apply=lambda session, job, outcome, now: _apply(session, settings, job, outcome, now),
+    )
 
 
 # ---------------------------------------------------------------- 1. claim

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from controlplane.config import Settings
-from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
+from controlplane.fleet import executor
 from controlplane.fleet.clouds import Providers
+from controlplane.fleet.executor import ClaimedOperation
 from controlplane.fleet.leases import held, stamp
 from controlplane.fleet.nodes import transition
 from controlplane.fleet.provisioning import (
@@ -40,11 +41,7 @@ LAUNCH_WAIT = dt.timedelta(seconds=2)
 
 
 @dataclass(frozen=True)
-class TerminateJob:
-    op_id: uuid.UUID
-    lease: uuid.UUID
-    attempt: int
-    node_id: uuid.UUID
+class TerminateJob(ClaimedOperation):
     known: tuple[str, str, str] | None  # (cloud, region, instance_id) recorded on the node
     places: tuple[tuple[str, str], ...]  # (cloud, region) where the node's VMs could be
 
@@ -52,10 +49,17 @@ class TerminateJob:
 def execute(
     settings: Settings, providers: Providers, op_id: uuid.UUID, clock: Callable[[], dt.datetime] = utcnow
 ) -> str:
-    with session_scope(settings) as session:
-        job = _claim(session, settings, op_id, clock())
-    if isinstance(job, str):
-        return job
+    return executor.run(
+        settings, clock,
+        claim=lambda session, now: _claim(session, settings, op_id, now),
+        act=lambda job: _act(settings, providers, job, clock),
+        apply=lambda session, job, outcome, now: _apply(session, settings, job, *outcome, now),
+    )
+
+
+def _act(settings: Settings, providers: Providers, job: TerminateJob, clock: Callable[[], dt.datetime]
+         ) -> tuple[bool, dict, str | None]:
+    """(gone, history entry, error): the cloud step, every failure turned into a retry."""
     started = clock()
     try:
         gone, seen = _terminate(settings, providers, job)
@@ -67,8 +71,7 @@ def execute(
         gone, seen, error = False, [], f"{type(exc).__name__}: {exc}"
     entry = {"attempt": job.attempt, "started_at": started.isoformat(), "ok": gone,
              "instances": seen, "message": error}
-    with session_scope(settings) as session:
-        return _apply(session, settings, job, gone, entry, error, clock())
+    return gone, entry, error
 
 
 def _claim(session, settings: Settings, op_id: uuid.UUID, now: dt.datetime) -> TerminateJob | str:
