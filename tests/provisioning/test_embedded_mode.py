@@ -6,13 +6,13 @@ import json
 import uuid
 from pathlib import Path
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.db.migrate import upgrade
 from controlplane.fleet.clouds import SettingsProviders
-from controlplane.models import Model, ModelVariant, NodeState, Pool
+from controlplane.models import Model, ModelVariant, NodeState, Pool, Replica
 from controlplane.services.catalog import import_catalog
 from controlplane.tasks.app import broker_settings
 from tests.infra.conftest import SLEEPER
@@ -43,10 +43,15 @@ def test_without_a_broker_url_celery_uses_files_under_state_dir(tmp_path: Path):
 
 
 def test_local_pool_runs_on_sqlite_and_the_filesystem_broker(tmp_path: Path):
+    cluster = f"e{uuid.uuid4().hex[:8]}"
     settings = Settings(
-        state_dir=tmp_path / "state", cluster_name=f"e{uuid.uuid4().hex[:8]}", local_agent_command=list(SLEEPER),
+        state_dir=tmp_path / "state", cluster_name=cluster, local_agent_command=list(SLEEPER),
+        # Beat also runs the usage rollup: its own stream, not the shared Redis's default one (whose
+        # events name tenants this SQLite database has never seen).
+        usage_stream=f"{cluster}:usage",
         reconcile_interval_s=0.5, retry_delay_s=0.5, drain_timeout_s=0, lease_seconds=30,
         autoscaler_enabled=False,  # desired_replicas is set by hand below
+        empty_node_ttl_s=0,  # scaled to zero, the emptied nodes go at once
     )
     assert settings.is_sqlite and settings.broker_url is None
     settings.state_dir.mkdir(parents=True)
@@ -67,6 +72,9 @@ def test_local_pool_runs_on_sqlite_and_the_filesystem_broker(tmp_path: Path):
         with celery_running(settings, providers, tmp_path):
             booted = wait_for(lambda: (n := nodes(settings, pool_id, NodeState.booting)) and len(n) == 2 and n,
                               timeout=60)
+            with session_scope(settings) as s:  # one 1-GPU replica of the pool on each local node
+                placed = s.execute(select(Replica.node_id, Replica.gpu_ids).where(Replica.pool_id == pool_id)).all()
+            assert sorted(placed) == sorted((n.id, [0]) for n in booted)
             for node in booted:
                 inst = local.describe("local", node.instance_id)
                 assert inst is not None and inst.state.value == "running"
@@ -74,6 +82,7 @@ def test_local_pool_runs_on_sqlite_and_the_filesystem_broker(tmp_path: Path):
                 assert json.loads(started.read_text())["node_id"] == str(node.id)
             with session_scope(settings) as s:
                 s.execute(update(Pool).where(Pool.id == pool_id).values(desired_replicas=0))
+            # Scale to zero stops both replicas (never started: at once); the emptied nodes are released.
             wait_for(lambda: len(nodes(settings, pool_id, NodeState.terminated)) == 2, timeout=60)
         assert local.list_by_tag("local", {"nimbus-cluster": settings.cluster_name}) == []
     finally:
