@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from controlplane.config import Settings
 from controlplane.db.engine import session_scope
 from controlplane.fleet import launcher
-from controlplane.models import NodeState, Operation, OperationKind
+from controlplane.models import NodeState, Operation, OperationKind, Replica
 from controlplane.services import agents
 from controlplane.tasks.app import app
 from infra.bootstrap import parse_user_data
@@ -72,6 +73,11 @@ def celery_worker(settings: Settings, aws_endpoint: str, log: Path) -> Iterator[
                 proc.wait()
 
 
+def pool_replicas(settings: Settings, pool_id: str) -> list[Replica]:
+    with session_scope(settings) as s:
+        return list(s.scalars(select(Replica).where(Replica.pool_id == uuid.UUID(pool_id))))
+
+
 def live_instances(ec2: Any, **tags: str) -> list[dict]:
     filters = [{"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
     filters.append({"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]})
@@ -106,6 +112,8 @@ async def test_sigkill_mid_launch_leaves_exactly_one_vm(
         [node] = nodes(settings, pool["id"])
         assert node.state == NodeState.provisioning and node.instance_id is None
         assert len(live_instances(ec2, **{"nimbus-node-id": str(node.id)})) == 1
+        # Written before the cloud was asked: the node, its launch operation and the replica placed on it.
+        assert [r.node_id for r in pool_replicas(settings, pool["id"])] == [node.id]
 
         with celery_worker(settings, moto_endpoint, tmp_path / "worker-2.log"):
             def booted():
@@ -117,6 +125,7 @@ async def test_sigkill_mid_launch_leaves_exactly_one_vm(
             assert [v["InstanceId"] for v in vms] == [node.instance_id]
             [op] = operations(settings, pool["id"], OperationKind.launch)
             assert op.attempts == 2 and op.history[-1]["adopted"] is True
+            assert [r.node_id for r in pool_replicas(settings, pool["id"])] == [node.id]  # nothing placed twice
 
             # Something untracked carrying our tags (a row lost with a restored backup, say).
             leaked = ec2.run_instances(
@@ -165,8 +174,11 @@ async def test_agent_registering_before_the_launch_is_recorded_keeps_its_vm(
     raw = ec2.describe_instance_attribute(InstanceId=vm["InstanceId"], Attribute="userData")
     token = parse_user_data(base64.b64decode(raw["UserData"]["Value"]).decode()).bootstrap_token
     with session_scope(settings) as s:
-        agents.register(s, agents.RegisterRequest(node_id=node.id, bootstrap_token=token))
+        _, answer = agents.register(s, agents.RegisterRequest(node_id=node.id, bootstrap_token=token))
     assert nodes(settings, pool["id"])[0].state == NodeState.booting
+    # Its answer already names the replica placement wrote for it, which it can start now.
+    [replica] = pool_replicas(settings, pool["id"])
+    assert [(e["id"], e["desired_state"]) for e in answer["replicas"]] == [(str(replica.id), "running")]
     with session_scope(settings) as s:  # the retry is due after retry_delay_s
         s.get(Operation, op_id).next_attempt_at = None
     assert run_due(settings, Clouds(aws=aws)) == ["launched"]
