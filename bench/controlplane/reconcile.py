@@ -18,8 +18,9 @@ repetition, each from the seeded state (the database is put back between ticks, 
 
 A statement is one DBAPI ``execute``/``executemany`` call (SQLAlchemy's
 ``before_cursor_execute`` event); batched INSERTs (insertmanyvalues) count once per page.
-The point to read off: statements stay flat as pools and nodes grow (apart from the new nodes a
-churn tick launches, see ``TickMeasure.launched``), time grows roughly linearly.
+The point to read off: statements stay flat as pools and nodes grow (apart from two INSERTs per
+new node a churn tick launches, see ``TickMeasure.launched``); time grows with the fleet, about
+linearly, since every tick reads every live node and replica (most of it is ORM loading).
 """
 
 from __future__ import annotations
