@@ -42,13 +42,22 @@ from controlplane.fleet.capacity import (
     PoolNeed,
 )
 from controlplane.fleet.consolidation import plan_consolidation
+from controlplane.fleet.leases import claimable
 from controlplane.fleet.placement import choose_surplus, plan_placement
-from controlplane.fleet.provisioning import CAPACITY_UNAVAILABLE, begin_termination, drained_node_ids
+from controlplane.fleet.provisioning import (
+    CAPACITY_UNAVAILABLE,
+    OPEN_STATES,
+    begin_termination,
+    drained_node_ids,
+    finish_operation,
+    launch_key,
+)
 from controlplane.models import (
     Node,
     NodeState,
     Operation,
     OperationKind,
+    OperationState,
     Pool,
     Replica,
     ReplicaDesiredState,
@@ -189,6 +198,9 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     blocks = blocklist.active_blocks(session, now)
     offers = placement_catalog.offers(catalog, blocks, now)
     launches: dict[str, Node] = {}
+    launch_ops: list[Operation] = []  # added after the new nodes are flushed (they reference them)
+    terminations: list[Operation] = []
+    result.terminated += give_up_stranded_launches(session, fleet, offers, now, settings, terminations)
 
     # 3. size every pool, per market
     shapes = placement_catalog.shapes(catalog)
@@ -230,7 +242,7 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
             node, op = writes.add_node(session, new, now, settings, pool_id=_first_pool(plan, new.key))
             launches[new.key] = node
             fleet.nodes[node.id] = node
-            result.operations.append((op.id, op.kind))
+            launch_ops.append(op)
         for placed in plan.placed:
             node = launches.get(placed.node_id) or fleet.nodes[uuid.UUID(placed.node_id)]
             fleet.replicas.append(writes.add_replica(session, fleet.pools[uuid.UUID(placed.pool_id)], node,
@@ -254,7 +266,6 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     by_node = fleet.on_node()
     budget = consolidation_budget(settings)
     drained = drained_node_ids(session, [n.id for n in fleet.nodes.values() if n.state == S.draining])
-    terminations: list[Operation] = []
     for node in list(fleet.nodes.values()):
         held = [r for r in by_node.get(node.id, []) if holds_gpus(r)]
         if node.state == S.draining:
@@ -284,11 +295,47 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
 
     # 5. consolidate
     if settings.consolidation_enabled:
-        result.moves = consolidate(session, fleet, offers, shapes, budget, scaling_up, now, settings, result)
+        result.moves = consolidate(session, fleet, offers, shapes, budget, scaling_up, now, settings, result,
+                                   launch_ops)
+    session.flush()  # every new node (with its replicas) first: the launch operations reference them
+    session.add_all(launch_ops)
     session.flush()
-    # A terminate operation gets its id at the flush above (begin_termination only adds it).
-    result.operations += [(op.id, op.kind) for op in terminations]
+    # A terminate operation gets its id at the flush (begin_termination only adds it).
+    result.operations += [(op.id, op.kind) for op in (*launch_ops, *terminations)]
     return result
+
+
+def give_up_stranded_launches(session: Session, fleet: Fleet, offers: Sequence[Offer], now: dt.datetime,
+                              settings: Settings, terminations: list[Operation]) -> int:
+    """A node not launched yet whose planned shape has no launchable zone left (every one blocked
+    by capacity, quota or config errors) is given up, so that its replicas are placed again this
+    tick on whatever offer placement finds next (another region, cloud or market), instead of
+    waiting out the blocks on a shape that cannot launch. Its VM, if a launch in flight still
+    makes one, is found by its tags and terminated."""
+    launchable = {(o.cloud, o.region, o.instance_type, o.spot): set(o.zones) for o in offers}
+    stranded: list[Node] = []
+    for node in list(fleet.nodes.values()):
+        spec = node.launch_spec or {}
+        if node.instance_id is not None or node.state not in (S.pending, S.provisioning) or not spec.get(
+                "instance_type"):
+            continue
+        zones = launchable.get((spec.get("cloud"), spec.get("region"), spec["instance_type"], bool(spec.get("spot"))),
+                               set())
+        if not zones & set(spec.get("zones") or zones):
+            stranded.append(node)
+    if not stranded:
+        return 0
+    # Their launch operations end here, unless a launcher holds one right now (it then finds the
+    # node terminating and stops); waiting for the next attempt would only hold the queue open.
+    for op in session.scalars(claimable(Operation, now, Operation.idempotency_key.in_(
+            [launch_key(n.id) for n in stranded]), Operation.state.in_(OPEN_STATES))):
+        finish_operation(op, OperationState.failed, now, "cancelled: every zone of the planned shape is blocked; "
+                                                        "its replicas were placed again")
+    for node in stranded:
+        if op := begin_termination(session, node, now, settings,
+                                   reason="re-planned: every zone of its planned shape is blocked"):
+            terminations.append(op)
+    return len(stranded)
 
 
 def _nodes_with_replicas(fleet: Fleet):
@@ -370,7 +417,7 @@ def consolidation_budget(settings: Settings) -> ConsolidationBudget:
 
 def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], shapes: placement_catalog.Shapes,
                 budget: ConsolidationBudget, scaling_up: set[str], now: dt.datetime, settings: Settings,
-                result: TickResult) -> int:
+                result: TickResult, launch_ops: list[Operation]) -> int:
     by_node = fleet.on_node()
     copies = [r for r in fleet.replicas if r.replaces_id is not None and r.desired_state == RUN and holds_gpus(r)]
     moves_in_flight: dict[str, int] = defaultdict(int)
@@ -396,7 +443,7 @@ def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], shapes:
                                        reason=action.reason)
             target_nodes[action.new_node.key] = node
             fleet.nodes[node.id] = node
-            result.operations.append((op.id, op.kind))
+            launch_ops.append(op)
             result.launched += 1
         for move in action.moves:
             original = by_id[uuid.UUID(move.replica_id)]

@@ -34,7 +34,9 @@ R = ReplicaState
 
 def add_node(session: Session, new: NewNode, now: dt.datetime, settings: Settings, *, pool_id: uuid.UUID | None,
              reason: str = "placement") -> tuple[Node, Operation]:
-    """A pending node of the planned shape, and its launch operation (flushed in that order)."""
+    """A pending node of the planned shape (added to the session), and its launch operation, which
+    the caller adds only after the nodes are flushed: it references its node, and no relationship
+    tells the flush to order them. Callers batch: every new node, one flush, every operation."""
     o = new.offer
     node = Node(
         id=uuid.uuid4(),
@@ -50,8 +52,8 @@ def add_node(session: Session, new: NewNode, now: dt.datetime, settings: Setting
         metrics={},
     )
     session.add(node)
-    session.flush()  # the operation (and replicas) reference the node
     op = Operation(
+        id=uuid.uuid4(),
         kind=OperationKind.launch,
         state=OperationState.pending,
         pool_id=pool_id,
@@ -60,8 +62,6 @@ def add_node(session: Session, new: NewNode, now: dt.datetime, settings: Setting
         history=[],
         deadline_at=now + dt.timedelta(seconds=settings.launch_deadline_s),
     )
-    session.add(op)
-    session.flush()
     return node, op
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
-import pytest
 from sqlalchemy import select
 
 from controlplane.db.engine import session_scope
@@ -106,14 +105,15 @@ async def test_quota_error_blocks_the_region_and_later_placements_go_to_the_next
     with session_scope(settings) as s:
         [block] = s.scalars(select(CapacityBlock)).all()
         assert (block.scope.value, block.region, block.zone) == ("region", "us-central1", None)
-    # Placement drops the blocked region's offers: a replica placed now goes to the next region.
+    # Placement drops the blocked region's offers: a replica placed now goes to the next region, and
+    # so does the first pool's, whose planned shape can no longer launch anywhere.
     r = await client.post("/admin/v1/models", json={"name": unique("m"), "variants": [
         {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
          "context_length": 8192}]}, headers=admin)
     second = await create_pool(client, admin, r.json()["variants"][0]["id"], placement=BOTH, min_replicas=1,
                                max_replicas=1)
     result = tick(settings)
-    assert (result.placed, result.launched) == (1, 1)
+    assert (result.placed, result.launched, result.terminated) == (2, 2, 1)
     [node] = nodes(settings, second["id"])
     assert (node.launch_spec["region"], node.launch_spec["zones"]) == ("us-east4", ["us-east4-a"])
     assert "launched" in run_due(settings, Clouds(gcp=gcp))
@@ -121,18 +121,16 @@ async def test_quota_error_blocks_the_region_and_later_placements_go_to_the_next
     assert (node.region, node.zone) == ("us-east4", "us-east4-a")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "fleet bug: a node that never launched keeps its replicas while every zone of its planned shape is "
-    "blocked, so the pool waits for the block to lift (block_region_s) instead of failing over to the next "
-    "region on the next fleet tick"))
 async def test_a_launch_whose_region_is_blocked_fails_over_to_the_next_region_on_the_next_tick(
         client, admin, settings, gce, gcp):
     gce.inject(InjectedError("us-central1-a", "QUOTA_EXCEEDED", "Quota 'NVIDIA_L4_GPUS' exceeded in region us-central1"))
     pool = await setup_pool(client, admin, gcp_catalog(), BOTH, min_replicas=1, max_replicas=1)
     tick(settings)
     assert run_due(settings, Clouds(gcp=gcp)) == ["retry"]  # us-central1 is blocked as a whole now
-    result = tick(settings)  # the next tick: the replica goes where placement can still launch
-    assert (result.placed, result.launched) == (1, 1)
+    # The next tick: the stranded node is given up and its replica goes where placement can still
+    # launch, without waiting out the region's block.
+    result = tick(settings)
+    assert (result.placed, result.launched, result.terminated) == (1, 1, 1)
     assert "launched" in run_due(settings, Clouds(gcp=gcp))
     [node] = nodes(settings, pool["id"], NodeState.booting)
     assert (node.region, node.zone) == ("us-east4", "us-east4-a")
@@ -156,28 +154,27 @@ async def test_everything_blocked_reports_capacity_unavailable_and_recovers(clie
         ("us-central1-a", "ZONE_RESOURCE_POOL_EXHAUSTED"),
         ("us-central1-b", "ZONE_RESOURCE_POOL_EXHAUSTED"),
     ]
-    # While every zone is blocked nothing is retried against the cloud, and placement has nowhere
-    # to put anything: a second pool is reported unplaced, with no node launched for it.
-    assert run_due(settings, Clouds(gcp=gcp)) == []
-    assert nodes(settings, pool["id"], NodeState.provisioning)
+    # The next tick finds no launchable zone left for the planned shape: the node, which never
+    # launched, is given up, and placement has nowhere else to put anything: both pools are unplaced.
     other = await setup_pool(client, admin, gcp_catalog(), CENTRAL, min_replicas=1, max_replicas=1)
     result = tick(settings)
-    assert (result.placed, result.launched) == (0, 0) and other["id"] in result.unplaced
-    assert pool_row(settings, other["id"]).capacity_status == "capacity_unavailable"
-    assert pool_row(settings, pool["id"]).capacity_status == "capacity_unavailable"  # its launch still waits
-    await asyncio.sleep(2.2)  # the blocks expire; the operation's next attempt is due exactly then
-    assert run_due(settings, Clouds(gcp=gcp)) == ["launched"]
-    assert pool_row(settings, pool["id"]).capacity_status is None
-    [node] = nodes(settings, pool["id"], NodeState.booting)
-    assert node.zone == "us-central1-a"
-    r = await client.get(f"/admin/v1/operations/{op['id']}", headers=admin)
-    assert r.json()["state"] == "succeeded" and r.json()["history"][-1]["ok"] is True
-    # The other pool is placed again as soon as a tick finds a launchable offer.
+    assert (result.placed, result.launched, result.terminated) == (0, 0, 1)
+    assert set(result.unplaced) == {pool["id"], other["id"]}
+    assert run_due(settings, Clouds(gcp=gcp)) == ["terminated"]  # its launch operation ended in the tick
+    assert gce.instances == {}
+    for p in (pool, other):
+        assert pool_row(settings, p["id"]).capacity_status == "capacity_unavailable"
+    await asyncio.sleep(2.2)  # the blocks expire
     result = tick(settings)
-    assert (result.placed, result.launched, result.unplaced) == (1, 1, {})
-    assert pool_row(settings, other["id"]).capacity_status == "capacity_unavailable"  # until its node launches
-    assert run_due(settings, Clouds(gcp=gcp)) == ["launched"]
-    assert pool_row(settings, other["id"]).capacity_status is None
+    assert (result.placed, result.launched, result.unplaced) == (2, 2, {})
+    assert run_due(settings, Clouds(gcp=gcp)) == ["launched", "launched"]
+    tick(settings)
+    for p in (pool, other):
+        assert pool_row(settings, p["id"]).capacity_status is None
+        [node] = nodes(settings, p["id"], NodeState.booting)
+        assert node.region == "us-central1"
+    r = await client.get(f"/admin/v1/operations/{op['id']}", headers=admin)
+    assert r.json()["state"] == "failed" and "cancelled" in r.json()["error"]
 
 
 async def test_preempted_spot_node_is_replaced_in_another_zone(client, admin, settings, gce, gcp):
@@ -209,10 +206,10 @@ async def test_spot_exhausted_everywhere_falls_back_to_on_demand(client, admin, 
     [spot_op] = node_operations(settings, spot_node.id, OperationKind.launch)
     assert [(h["zone"], h["spot"], h["ok"]) for h in spot_op.history] == [
         ("us-central1-a", True, False), ("us-central1-b", True, False)]
-    # The next tick sees spot blocked in every zone: the replica moves to the on-demand market, and
-    # the spot node, which never launched, is released at once.
+    # The next tick sees spot blocked in every zone: the spot node, which never launched, is given up
+    # with its replica, and the replica is placed again on the on-demand market.
     result = tick(settings)
-    assert (result.stopped, result.placed, result.launched, result.terminated) == (1, 1, 1, 1)
+    assert (result.stopped, result.placed, result.launched, result.terminated) == (0, 1, 1, 1)
     assert sorted(run_due(settings, Clouds(gcp=gcp))) == ["launched", "terminated"]
     [node] = nodes(settings, pool["id"], NodeState.booting)
     assert node.spot is False and node.zone == "us-central1-a"
