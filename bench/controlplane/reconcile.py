@@ -18,9 +18,9 @@ repetition, each from the seeded state (the database is put back between ticks, 
 
 A statement is one DBAPI ``execute``/``executemany`` call (SQLAlchemy's
 ``before_cursor_execute`` event); batched INSERTs (insertmanyvalues) count once per page.
-The point to read off: statements stay flat as pools and nodes grow (apart from two INSERTs per
-new node a churn tick launches, see ``TickMeasure.launched``); time grows with the fleet, about
-linearly, since every tick reads every live node and replica (most of it is ORM loading).
+The point to read off: statements stay flat as pools and nodes grow, churn included (new nodes,
+replicas and launch operations are written in batches); time grows with the fleet, about
+linearly, since every tick reads every live node and replica.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def reset(settings: Settings, seeded: Seeded) -> None:
         s.execute(delete(Replica).where(Replica.created_at >= seeded.at))
         s.execute(delete(Node).where(Node.created_at >= seeded.at))
         s.execute(update(Replica).values(state=ReplicaState.ready, desired_state=ReplicaDesiredState.running,
-                                         drain_deadline_at=None, metrics={}))
+                                         drain_deadline_at=None, stop_reason=None, metrics={}))
         s.execute(update(Node).values(state=NodeState.ready, empty_since=None, underused_since=None,
                                       drain_deadline_at=None, metrics={}))
         s.execute(update(Pool).values(desired_replicas=seeded.replicas_per_pool, capacity_status=None))

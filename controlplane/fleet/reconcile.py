@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import select, text
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from controlplane.config import Settings
 from controlplane.fleet import blocklist, markets, placement_catalog, writes
@@ -112,10 +112,16 @@ class Fleet:
 
 
 def read_fleet(session: Session) -> Fleet:
-    pools = {p.id: p for p in session.scalars(select(Pool).order_by(Pool.id))}
-    nodes = {n.id: n for n in session.scalars(select(Node).where(Node.state.in_(FLEET_NODE_STATES)))}
+    """Every pool, every live node and every replica that holds GPUs or is wanted. The heartbeat
+    metrics (the bulk of each row, and never read here) stay in the database: a replica or node
+    whose metrics the tick does touch loads them on its own."""
+    pools = {p.id: p for p in session.scalars(select(Pool).options(defer(Pool.autoscaler_state)).order_by(Pool.id))}
+    nodes = {n.id: n for n in session.scalars(
+        select(Node).options(defer(Node.metrics), defer(Node.state_times))
+        .where(Node.state.in_(FLEET_NODE_STATES)))}
     replicas = list(session.scalars(
-        select(Replica).where(Replica.node_id.in_(list(nodes)), Replica.state.not_in(ENDED)).order_by(Replica.id)
+        select(Replica).options(defer(Replica.metrics), defer(Replica.ready_breakdown))
+        .where(Replica.node_id.in_(list(nodes)), Replica.state.not_in(ENDED)).order_by(Replica.id)
     )) if nodes else []
     return Fleet(pools, nodes, replicas)
 

@@ -90,9 +90,7 @@ def stop_replica(replica: Replica, nodes: dict[uuid.UUID, Node], now: dt.datetim
         replica.state = R.stopped  # no agent has seen it: nothing runs
     elif replica.state in (R.pending, R.starting, R.ready):
         replica.state = R.draining
-    metrics = dict(replica.metrics or {})
-    metrics["stop_reason"] = reason[:200]
-    replica.metrics = metrics
+    replica.stop_reason = reason[:200]
 
 
 def record_consolidation(session: Session, node: Node, action: ConsolidationAction, pools: dict[uuid.UUID, Pool],

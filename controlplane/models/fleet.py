@@ -143,6 +143,7 @@ class Replica(UUIDPrimaryKey, Timestamps, Base):
     replaces_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     # When a replica told to stop is given up on if its agent never reports it stopped.
     drain_deadline_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    stop_reason: Mapped[str | None] = mapped_column(String(200))  # why it was told to stop
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     max_running_requests: Mapped[int | None] = mapped_column(Integer)
     max_total_tokens: Mapped[int | None] = mapped_column(Integer)

@@ -124,6 +124,7 @@ class ReplicaOut(msgspec.Struct):
     desired_state: str = "running"
     port: int | None = None
     replaces_id: uuid.UUID | None = None  # a consolidation move's copy of that replica
+    stop_reason: str | None = None  # why it was told to stop (scale down, moved, …)
 
 
 class OperationOut(msgspec.Struct):

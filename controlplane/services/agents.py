@@ -255,8 +255,7 @@ def report_replicas(session: Session, node: Node, reports: list[ReplicaReport], 
         replica.max_total_tokens = rep.max_total_tokens
         replica.last_heartbeat_at = now
         if rep.metrics or with_metrics:
-            kept = {k: v for k, v in (replica.metrics or {}).items() if k == "stop_reason"}
-            replica.metrics = {**dict(list(rep.metrics.items())[:MAX_METRICS_KEYS]), **kept}
+            replica.metrics = dict(list(rep.metrics.items())[:MAX_METRICS_KEYS])
         applied += 1
     session.flush()
     _follow_replicas(session, node, reports)

@@ -6,7 +6,7 @@
 * ``nodes.launch_spec`` holds what placement decided to launch; ``empty_since`` and
   ``underused_since`` drive the empty-node TTL and consolidation's settle period.
 * ``replicas`` gain ``desired_state`` (running/stopped), ``port``, ``replaces_id`` (a
-  make-before-break move) and ``drain_deadline_at``; ``state`` gains ``pending`` (placed, not yet
+  make-before-break move), ``drain_deadline_at`` and ``stop_reason``; ``state`` gains ``pending`` (placed, not yet
   started by its agent). Existing replicas that still run are desired running, the rest stopped.
 * ``model_variants.profiled_tokens_per_s``: one replica's measured throughput per GPU type.
 * ``pools.schedule`` / ``schedule_timezone``: minimum replicas by time of day and day of week.
@@ -109,6 +109,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("port", sa.Integer(), nullable=True))
         batch_op.add_column(sa.Column("replaces_id", sa.Uuid(), nullable=True))
         batch_op.add_column(sa.Column("drain_deadline_at", controlplane.db.types.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("stop_reason", sa.String(length=200), nullable=True))
         batch_op.alter_column("state", existing_type=_replica_state(OLD_REPLICA_STATES),
                               type_=_replica_state(NEW_REPLICA_STATES), existing_nullable=False)
     with op.batch_alter_table("replicas", schema=None) as batch_op:
@@ -125,6 +126,7 @@ def downgrade() -> None:
     with op.batch_alter_table("replicas", schema=None) as batch_op:
         batch_op.alter_column("state", existing_type=_replica_state(NEW_REPLICA_STATES),
                               type_=_replica_state(OLD_REPLICA_STATES), existing_nullable=False)
+        batch_op.drop_column("stop_reason")
         batch_op.drop_column("drain_deadline_at")
         batch_op.drop_column("replaces_id")
         batch_op.drop_column("port")

@@ -107,7 +107,7 @@ def test_scale_down_drains_a_replica_then_its_emptied_node_is_released_after_the
     # Out of routing at once, its GPU held until the agent confirms; the node itself stays.
     assert victim.state == ReplicaState.draining and keeper.state == ReplicaState.ready
     assert victim.drain_deadline_at == t0 + dt.timedelta(seconds=60)
-    assert victim.metrics["stop_reason"] == "scale down"
+    assert victim.stop_reason == "scale down"
     assert {n.state for n in all_nodes(settings)} == {NodeState.ready}
     assert all_operations(settings) == []
     with session_scope(settings) as s:  # what its agent hears on its next heartbeat
