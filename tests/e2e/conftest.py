@@ -135,7 +135,9 @@ def platform(fresh_database: str, tmp_path_factory, request) -> Iterator[Running
             f"NIMBUS_STATE_DIR={state / 'nimbus'}")})
         for pid in left:  # never leave strays behind, even when the assertion below fails
             os.kill(pid, signal.SIGKILL)
-        # The tree snapshot must have seen what the module left running (9 = services + 2 agents with
-        # engines for a 2-replica pool); a module whose pools end at zero says so.
+        # The tree snapshot must have seen what the module left running: 5 services (API, worker, beat,
+        # edge, Redis), then per live node its agent and one engine per replica on it (replicas share
+        # nodes: count nodes and replicas, not pools). The default, 9, is two nodes of one replica each;
+        # a module that leaves something else running says so in PLATFORM_MIN_PROCESSES.
         expected = getattr(request.module, "PLATFORM_MIN_PROCESSES", 9)
         assert len(tree) >= expected and left == [], f"processes left behind: {left} (of {len(tree)})"

@@ -16,8 +16,11 @@ from tests.e2e.test_platform import ok, wait
 
 pytestmark = pytest.mark.slow
 IDLE_TIMEOUT_S = 4
-# The pool ends at zero: at teardown only the platform's own services run (API, worker, beat, edge, redis).
-PLATFORM_MIN_PROCESSES = 5  # services; the warm pool below adds its agents and engines
+# At teardown: the platform's own services (API, worker, beat, edge, Redis); the scale-to-zero pool is
+# back at zero (its node released), and the warm pool of the second test runs two 1-GPU replicas, each
+# on a 1-GPU node of its own (the first was placed alone; the second found no free GPU): 5 + 2 × (agent
+# and engine).
+PLATFORM_MIN_PROCESSES = 9
 
 
 def pool_view(platform: Running, pool_id: str) -> dict:
@@ -129,5 +132,9 @@ def test_rising_load_scales_a_warm_pool_up_without_losing_requests(platform: Run
     assert len(results) >= 16 and all(results)
     with platform.admin as api:
         decisions = ok(api.get(f"/pools/{pool['id']}/decisions"))["items"]
-    up = [d for d in decisions if d["action"] == "scale_up"]
-    assert up and up[-1]["current_replicas"] == 1 and up[-1]["target_replicas"] == 2, decisions
+    # The burst's scale-up, 1 → 2. (Decisions are newest first, and the oldest scale-up may well be an
+    # earlier one: an autoscaler tick that runs between the pool's creation and the fleet tick placing
+    # its first replica sees no replica and records 0 → 1, more often the busier the machine.)
+    up = [d for d in decisions if d["action"] == "scale_up" and d["target_replicas"] == 2]
+    assert up and up[-1]["current_replicas"] == 1, decisions
+    assert all(d["target_replicas"] <= 2 for d in decisions), decisions

@@ -1,8 +1,9 @@
 """Falling load end to end: a warm pool that the autoscaler grew to two replicas under a burst
 gives one back once the load falls to a light steady stream. The policy decides the
-scale-down (a stored decision with its reasons), exactly one replica drains (its in-flight
-streams finish first), its node is terminated, the other keeps serving, and no request of
-either phase is lost."""
+scale-down (a stored decision with its reasons), exactly one REPLICA drains (its in-flight
+streams finish first; its agent drains that engine alone, never the node), the other keeps
+serving, the node the drained replica leaves empty is terminated after the empty-node TTL, and
+no request of either phase is lost."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import httpx
 import openai
 import pytest
 
+from controlplane.embedded import PLATFORM_ENV as EMBEDDED_ENV
 from tests.e2e.conftest import Running
 from tests.e2e.test_autoscaling import pool_view, two_slot_warm_pool
 from tests.e2e.test_platform import ok, wait
@@ -27,8 +29,11 @@ PLATFORM_ENV = {"NIMBUS_AUTOSCALER_OVERRIDES": json.dumps({
     "stable_window_s": 10, "panic_window_s": 4, "panic_hold_s": 6, "scale_down_hold_s": 16,
     "scale_down_cooldown_s": 16, "ttft_window_s": 10, "forecast_level_window_s": 10,
     "forecast_trend_window_s": 30})}
-# The pool ends with one replica: the services plus one agent and its engine.
+# The pool ends with one replica: the services (API, worker, beat, edge, Redis) plus one agent and its
+# engine (the drained replica's node, emptied, is gone).
 PLATFORM_MIN_PROCESSES = 7
+EMPTY_NODE_TTL_S = float(EMBEDDED_ENV["NIMBUS_EMPTY_NODE_TTL_S"])  # an emptied node goes after this
+DRAIN_TIMEOUT_S = float(EMBEDDED_ENV["NIMBUS_DRAIN_TIMEOUT_S"])  # a replica's drain deadline
 
 
 class Load:
@@ -113,12 +118,28 @@ def test_falling_load_drains_and_scales_a_warm_pool_down_without_losing_requests
             return [r for r in replicas() if r["state"] in ("draining", "stopped")]
 
         (gone,) = wait(drained, 30, "a replica draining")
+        # The drained replica goes draining → stopped (seen through the admin API); never back to serving.
+        seen = [gone["state"]]
+
+        def stopped() -> bool:
+            state = next(r["state"] for r in replicas() if r["id"] == gone["id"])
+            if state != seen[-1]:
+                seen.append(state)
+            return state == "stopped"
+
+        wait(stopped, DRAIN_TIMEOUT_S + 10, "the drained replica stopped")
+        assert seen in (["draining", "stopped"], ["stopped"]), seen
+        # Alone on its node (no other replica holds a GPU there), the replica leaves it empty: the
+        # node is released after the empty-node TTL. A node it shared keeps serving the others.
+        neighbours = [r for r in replicas() if r["node_id"] == gone["node_id"] and r["id"] != gone["id"]
+                      and r["state"] not in ("stopped", "failed")]
         with platform.admin as api:
-            wait(lambda: ok(api.get(f"/nodes/{gone['node_id']}"))["state"] == "terminated", 60,
-                 "the drained replica's node terminated")
+            if not neighbours:
+                wait(lambda: ok(api.get(f"/nodes/{gone['node_id']}"))["state"] == "terminated",
+                     EMPTY_NODE_TTL_S + 40, "the emptied node terminated")
             node = ok(api.get(f"/nodes/{gone['node_id']}"))
         terminated_at = time.monotonic()
-        # The survivor keeps serving the light stream after the drained node is gone.
+        # The survivor keeps serving the light stream after the scale-down.
         wait(lambda: light.completed_since(terminated_at) >= 4, 30, "light requests served after the scale-down")
     assert not heavy.errors and not light.errors, (heavy.errors[:3], light.errors[:3])
     assert len(heavy.done) >= 16 and len(light.done) >= 10
@@ -130,23 +151,51 @@ def test_falling_load_drains_and_scales_a_warm_pool_down_without_losing_requests
     assert any(r.startswith("scale down") for r in down["reasons"]), down
     ups = [d for d in decisions() if d["action"] == "scale_up"]
     assert ups and ups[0]["target_replicas"] == 2, ups
-    # Exactly one replica went: drained, then stopped with its node; the other still serves.
+    # Exactly one replica went, told to stop by the scale-down; the other still serves.
     final = replicas()
     assert sorted(r["state"] for r in final) == ["ready", "stopped"], final
     assert [r["id"] for r in final if r["state"] == "stopped"] == [gone["id"]]
+    (survivor,) = [r for r in final if r["state"] == "ready"]
+    ended = next(r for r in final if r["id"] == gone["id"])
+    assert (ended.get("stop_reason") or ended["metrics"].get("stop_reason")) == "scale down", ended
     assert pool_view(platform, pool["id"])["desired_replicas"] == 1
     with platform.admin as api:
         nodes = ok(api.get("/nodes", params={"pool_id": pool["id"]}))["items"]
-    assert sorted(n["state"] for n in nodes) == ["ready", "terminated"], nodes
-    # The drained replica finished its in-flight streams before its engine was stopped.
-    log = Path(platform.state_dir, "local-cloud", "instances", node["instance_id"], "agent.log").read_text()
-    drains = [json.loads(line) for line in log.splitlines() if '"msg": "drain' in line]
-    assert [d["msg"] for d in drains] == ["draining", "drained"] and drains[-1]["in_flight"] == 0, drains
-    # Drained means gone: the node is terminated once its agent reports drained, not when its drain
-    # deadline (NIMBUS_DRAIN_TIMEOUT_S, 20 s in the embedded platform) passes.
-    times = {k: datetime.fromisoformat(v) for k, v in node["state_times"].items()}
-    drain_to_terminated_s = (times["terminated"] - times["draining"]).total_seconds()
-    assert drain_to_terminated_s < 20, node["state_times"]
+        survivor_node = ok(api.get(f"/nodes/{survivor['node_id']}"))
+    assert survivor_node["state"] == "ready", survivor_node
+    assert sorted(n["state"] for n in nodes) == (["ready"] if neighbours else ["ready", "terminated"]), nodes
+
+    # The agent drained that replica alone: its in-flight streams finished before its engine was
+    # stopped, and the node itself was not drained while it held the replica.
+    def agent_log(n: dict) -> list[dict]:
+        path = Path(platform.state_dir, "local-cloud", "instances", n["instance_id"], "agent.log")
+        return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+
+    log = agent_log(node)
+    mine = [e for e in log if e.get("replica") == gone["id"] and e["msg"] in (
+        "draining replica", "replica drained", "replica drain deadline passed", "replica stopped")]
+    assert [e["msg"] for e in mine] == ["draining replica", "replica drained", "replica stopped"], mine
+    assert mine[1]["in_flight"] == 0, mine
+    node_drains = [e for e in log if e["msg"] in ("draining", "drained", "drain deadline passed")]
+    assert all(e["ts"] > mine[-1]["ts"] for e in node_drains), (mine, node_drains)  # only the empty node's stop
+    if not neighbours:
+        # The emptied node's release: its agent hears "stop" or gets the local cloud's SIGTERM.
+        assert {e.get("reason") for e in node_drains if e["msg"] == "draining"} <= {"control plane stop", "SIGTERM"}, \
+            node_drains
+    # The survivor's agent drained nothing.
+    assert not [e for e in agent_log(survivor_node) if e["msg"].startswith("draining")], agent_log(survivor_node)
+
+    # Drained means stopped: the agent's report ends the replica, not its drain deadline; the emptied
+    # node then waits out the empty-node TTL (not longer: ticks run every second), and goes.
+    stamp = {e["msg"]: datetime.fromisoformat(e["ts"]) for e in mine}
+    drain_s = (stamp["replica stopped"] - stamp["draining replica"]).total_seconds()
+    assert drain_s < DRAIN_TIMEOUT_S, mine
+    summary = f"replica draining → stopped in {drain_s:.1f} s"
+    if not neighbours:
+        times = {k: datetime.fromisoformat(v) for k, v in node["state_times"].items()}
+        empty_s = (times["terminating"] - stamp["replica stopped"]).total_seconds()
+        assert EMPTY_NODE_TTL_S - 1 <= empty_s < EMPTY_NODE_TTL_S + 10, (empty_s, node["state_times"], mine)
+        summary += f"; emptied node terminating {empty_s:.1f} s later (TTL {EMPTY_NODE_TTL_S:.0f} s)"
     print(f"scale-down decided {scaled_down_after:.1f} s after the load fell: {down['reasons']} "
           f"(light load {down['signals']['token_rate']:.0f} tok/s, capacity {down['signals']['capacity_tok_s']} tok/s); "
-          f"node draining → terminated in {drain_to_terminated_s:.1f} s")
+          f"{summary}")

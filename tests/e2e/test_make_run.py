@@ -1,11 +1,13 @@
 """CI smoke test of ``make run`` itself: start it, wait for the printed exports, get one completion
-with them, Ctrl-C it, and check that no process it started is left."""
+with them, check that the two demo pools (two 1-GPU replicas each) share one 4-GPU node as the
+printed GPU map says, Ctrl-C it, and check that no process it started is left."""
 
 from __future__ import annotations
 
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import time
@@ -14,6 +16,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from controlplane.embedded import DEMO_POOL, DEMO_POOL_2, DEMO_REPLICAS
 from tests.e2e.conftest import REPO_ROOT, descendants, processes_with_env, still_alive
 
 pytestmark = pytest.mark.slow
@@ -65,8 +68,22 @@ def test_make_run_prints_exports_that_work_and_ctrl_c_leaves_nothing(tmp_path: P
                                                messages=[{"role": "user", "content": "Hello!"}])
         assert reply.choices[0].message.content and reply.usage.completion_tokens > 0
         assert startup_s < 60, f"make run took {startup_s:.0f} s to be ready"
-        engines = [cmd for _, cmd in processes_with_env(f"NIMBUS_STATE_DIR={state}") if "dataplane.sim" in cmd]
-        assert len(engines) == 2, engines
+        # Both demo pools' replicas share one node: the printed GPU map shows it (one line per node, its
+        # four GPUs each held by a demo replica), and one agent runs the four engines.
+        # (A step line ends with its time, "(12.3 s)"; the console may wrap a long one.)
+        gpu_map = re.findall(r"node (\w+) \((sim-\w+)\): (GPU0: .*?)\(\d+\.\d s\)", text, re.DOTALL)
+        assert len(gpu_map) == 1 and gpu_map[0][1] == "sim-4gpu", (gpu_map, text)
+        cells = re.findall(r"GPU(\d+):\s+(\S+)", gpu_map[0][2])
+        assert [int(g) for g, _ in cells] == [0, 1, 2, 3], gpu_map
+        assert sorted(name for _, name in cells) == sorted([DEMO_POOL] * DEMO_REPLICAS + [DEMO_POOL_2] * DEMO_REPLICAS), \
+            gpu_map
+        running = processes_with_env(f"NIMBUS_STATE_DIR={state}")
+        engines = [cmd for _, cmd in running if "dataplane.sim" in cmd]
+        agents = [cmd for _, cmd in running if "dataplane.agent" in cmd]
+        assert len(engines) == 2 * DEMO_REPLICAS, engines
+        assert sum("--served-model-name demo-llama-bf16" in cmd for cmd in engines) == DEMO_REPLICAS, engines
+        assert sum("--served-model-name demo-qwen-bf16" in cmd for cmd in engines) == DEMO_REPLICAS, engines
+        assert len(agents) == 1, agents
     finally:
         tree = descendants(proc.pid)  # the runner, API, worker, beat, edge, Redis, agents, engines
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal reaches make and the runner
@@ -79,6 +96,8 @@ def test_make_run_prints_exports_that_work_and_ctrl_c_leaves_nothing(tmp_path: P
         left = sorted(set(still_alive(tree)) | {pid for pid, _ in processes_with_env(f"NIMBUS_STATE_DIR={state}")})
         for pid in left:
             os.kill(pid, signal.SIGKILL)
-    assert len(tree) >= 10, tree  # not vacuous: make, runner, API, worker, beat, edge, Redis, 2 agents, 2 engines
+    # Not vacuous: below make, the runner, API, worker, beat, edge, Redis (when installed), one agent and
+    # its four engines.
+    assert len(tree) >= 1 + 4 + bool(shutil.which("redis-server")) + 1 + 2 * DEMO_REPLICAS, tree
     assert left == [], f"left behind: {left}\n{rest}"
     assert "stopped" in rest and "node(s)" in rest

@@ -1,10 +1,15 @@
 """End to end on a fresh database: an admin creates a pool → the local provider's agents bring up
 simulator replicas → a tenant streams tokens through the edge with the openai SDK → the usage
 API shows them. Then an engine is killed (the agent restarts it) and a node is drained (its
-in-flight requests complete, new ones go elsewhere, none is lost)."""
+in-flight requests complete, new ones go elsewhere, none is lost).
+
+The module's catalog has only a 1-GPU local shape, so the pool's two 1-GPU replicas land on two
+nodes (with the full local catalog they would share one sim-2gpu node): draining one node leaves
+the other serving while the fleet tick places the drained replica again on a new node."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -22,6 +27,19 @@ from dataplane.agent import scrape
 from tests.e2e.conftest import Running
 
 pytestmark = pytest.mark.slow
+# At teardown: the services (API, worker, beat, edge, Redis) and two nodes, each an agent with one
+# engine (the node that kept serving and the drained replica's replacement; the drained node's agent
+# has exited): 5 + 2 × 2.
+PLATFORM_MIN_PROCESSES = 9
+
+
+def one_gpu_catalog() -> dict:
+    """The local cloud with its 1-GPU shape only: every 1-GPU replica gets a node of its own."""
+    catalog = copy.deepcopy(LOCAL_CATALOG)
+    region = catalog["clouds"][0]["regions"][0]
+    region["instance_types"] = [t for t in region["instance_types"] if t["gpu_count"] == 1]
+    assert region["instance_types"], "LOCAL_CATALOG has no 1-GPU shape"
+    return catalog
 
 
 def ok(resp: httpx.Response) -> dict:
@@ -42,9 +60,10 @@ def wait(predicate, timeout: float, what: str, poll: float = 0.25):
 
 @pytest.fixture(scope="module")
 def tenant_pool(platform: Running) -> dict:
-    """Seeded through the admin API only: catalog, tenant + key, a two-tier model, a 2-replica pool."""
+    """Seeded through the admin API only: catalog (1-GPU shape only), tenant + key, a two-tier model,
+    a 2-replica pool on two nodes."""
     with platform.admin as api:
-        ok(api.post("/catalog/import", json=LOCAL_CATALOG))
+        ok(api.post("/catalog/import", json=one_gpu_catalog()))
         tenant = ok(api.post("/tenants", json={"name": f"acme-{uuid.uuid4().hex[:6]}"}))
         key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference", "manage"]}))
         model = ok(api.post("/models", json={"name": "llama-e2e", "default_tier": "bf16", "variants": [
@@ -58,6 +77,8 @@ def tenant_pool(platform: Running) -> dict:
                                             "min_replicas": 2, "max_replicas": 2}))
         wait(lambda: ok(api.get(f"/pools/{pool['id']}"))["replicas_by_state"].get("ready", 0) >= 2, 60,
              "two replicas ready through the local provider")
+        ready = [r for r in ok(api.get("/replicas", params={"pool_id": pool["id"]}))["items"] if r["state"] == "ready"]
+        assert len({r["node_id"] for r in ready}) == 2, f"one replica per 1-GPU node: {ready}"
     return {"key": key["secret"], "pool_id": pool["id"], "model": "llama-e2e"}
 
 
@@ -161,13 +182,17 @@ def test_drain_finishes_in_flight_and_sends_new_work_elsewhere(platform: Running
         results = [f.result(timeout=120) for f in in_flight]
     assert results == [("length", 5000)] * 6  # every in-flight stream finished whole
 
-    # The pool keeps its size: reconcile launched a replacement for the draining node. New work goes to
-    # the replicas that are not draining, and every request is answered.
-    others = wait(lambda: [r["url"] for r in ready_replicas(platform, tenant_pool["pool_id"])
-                           if r["node_id"] != drained["node_id"]] if len(
-        [r for r in ready_replicas(platform, tenant_pool["pool_id"]) if r["node_id"] != drained["node_id"]]) >= 2
-        else None, 40, "a replacement replica")
+    # The pool keeps its size: the fleet tick placed the draining node's replica again, on a new node
+    # (the other node's only GPU is taken). New work goes to the replicas that are not draining, and
+    # every request is answered.
+    def elsewhere() -> list[dict]:
+        found = [r for r in ready_replicas(platform, tenant_pool["pool_id"]) if r["node_id"] != drained["node_id"]]
+        return found if len(found) >= 2 else []
+
+    serving = wait(elsewhere, 40, "a replacement replica")
+    others = [r["url"] for r in serving]
     assert kept["replicas"][0]["url"] in others
+    assert len({r["node_id"] for r in serving} - {kept["node_id"]}) == 1, f"the replacement on a new node: {serving}"
     before = sum(_requests_served(u) for u in others)
     for i in range(5):
         reply = client.chat.completions.create(model=tenant_pool["model"], max_tokens=4,
