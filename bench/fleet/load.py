@@ -43,7 +43,7 @@ class PoolLoad:
         for b in self.bursts:
             if b.start <= t < b.start + b.duration:
                 factor = max(factor, b.factor)
-        return diurnal_rps(shape, t - (load.peak_hour - 16.0) * 3600) * factor
+        return float(diurnal_rps(shape, t - (load.peak_hour - 16.0) * 3600)) * factor
 
 
 def _episodes(load: Load, horizon: float, rng: random.Random) -> list[Episode]:
@@ -66,7 +66,7 @@ def make_load(variant: Variant, seed: int, hours: float) -> PoolLoad:
     if load.sparse:
         return PoolLoad(variant, [], _episodes(load, horizon, rng))
     shape = TraceShape(hours=hours, first_traffic_s=0.0, launch_ramp_s=0.0, bursts=load.bursts)
-    return PoolLoad(variant, make_bursts(shape, rng), [])
+    return PoolLoad(variant, make_bursts(shape, np.random.default_rng([seed, zlib.crc32(variant.pool_id.encode())])), [])
 
 
 def arrival_counts(pool: PoolLoad, seed: int, start: float, end: float, dt: float, scale: float = 1.0) -> np.ndarray:

@@ -7,7 +7,7 @@ request mix of ``bench/autoscale`` (lognormal prompts, median 1200 tokens; outpu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -75,3 +75,17 @@ VARIANTS: tuple[Variant, ...] = (
     _tail("tail-llama8b-awq", "llama-3.1-8b", "awq", ("l40s", "h100"), 40),
     _tail("tail-gemma9b", "gemma-2-9b", None, ("h100",), 80),
 )
+
+
+FLEETS = ("default", "h100")
+
+
+def fleet_variants(fleet: str = "default") -> tuple[Variant, ...]:
+    """``default``: the pools above. ``h100``: every pool that accepts an H100 accepts only H100s
+    (the fleet shape where a VM-per-replica fleet must buy 8-GPU VMs for 1-GPU models)."""
+    if fleet == "default":
+        return VARIANTS
+    if fleet == "h100":
+        return tuple(replace(v, gpu_types=("h100",), gpu_memory_gb=80) if "h100" in v.gpu_types else v
+                     for v in VARIANTS)
+    raise ValueError(f"unknown fleet {fleet!r} ({', '.join(FLEETS)})")

@@ -11,7 +11,7 @@ bench's request mix. As in ``bench.autoscale.run.calibrate_qps``:
 Those are the queueing model's inputs (``fluid.py``): a replica serves up to ``qps``, requests
 above it queue. Every GPU type of the catalogs (h100, l40s, a10g, l4) has a timing profile, so
 no profile has to be derived. Results are cached under ``bench/fleet/.cache`` (keyed by every
-input; delete the directory or pass ``--recalibrate`` to measure again).
+input, the engine's and the timing model's source included; ``--recalibrate`` measures again).
 """
 
 from __future__ import annotations
@@ -144,10 +144,20 @@ def calibrate(variant: Variant, gpu: str) -> Capacity:
     )
 
 
+def _sources() -> str:
+    """The code the calibration runs: a change to the engine or the timing model measures again."""
+    import bench.autoscale.engine as engine
+
+    digest = hashlib.sha256()
+    for module in (engine, timing):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _key(variant: Variant, gpu: str) -> str:
     raw = json.dumps([CALIBRATION_VERSION, variant.model, variant.quantization, variant.gpus, gpu, variant.slo_s,
                       asdict(MIX), LOADS, SECONDS, MIN_KV_TOKENS, asdict(timing.get_gpu(gpu)),
-                      asdict(timing.get_model(variant.model))], sort_keys=True)
+                      asdict(timing.get_model(variant.model)), _sources()], sort_keys=True, default=str)
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 

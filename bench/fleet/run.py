@@ -31,7 +31,7 @@ from bench.fleet import clairvoyant, sim
 from bench.fleet.catalog import offers_for
 from bench.fleet.fluid import PoolQueue
 from bench.fleet.load import arrival_counts, make_load
-from bench.fleet.models import VARIANTS
+from bench.fleet.models import FLEETS, fleet_variants
 from bench.fleet.profiles import capacities
 from controlplane.fleet.capacity import ConsolidationBudget
 
@@ -40,21 +40,22 @@ CONTENDERS = ("nimbus", "nimbus-no-consol", "skyserve")
 DIAGNOSTICS = ("nimbus-oracle",)
 
 
-def _setup(catalog: str, seed: int, hours: float, load_scale: float = 1.0):
+def _setup(catalog: str, seed: int, hours: float, load_scale: float = 1.0, fleet: str = "default"):
     offers = offers_for(catalog)
-    caps = capacities(VARIANTS, {o.gpu_type for o in offers})
+    variants = fleet_variants(fleet)
+    caps = capacities(variants, {o.gpu_type for o in offers})
     end = hours * 3600
     arrivals = {v.pool_id: arrival_counts(make_load(v, seed, hours), seed, -sim.WARMUP_S, end, sim.DT,
                                           scale=1.0 if v.tail else load_scale)
-                for v in VARIANTS}
-    return offers, caps, arrivals, end
+                for v in variants}
+    return offers, variants, caps, arrivals, end
 
 
 def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: float = 1.0,
-                  budget: dict | None = None) -> dict:
+                  budget: dict | None = None, fleet: str = "default") -> dict:
     started = time.process_time()
-    offers, caps, arrivals, end = _setup(catalog, seed, hours, load_scale)
-    pools = [sim.PoolRun(v, caps[v.pool_id], arrivals[v.pool_id], PoolQueue(v.slo_s)) for v in VARIANTS]
+    offers, variants, caps, arrivals, end = _setup(catalog, seed, hours, load_scale, fleet)
+    pools = [sim.PoolRun(v, caps[v.pool_id], arrivals[v.pool_id], PoolQueue(v.slo_s)) for v in variants]
     if kind.startswith("skyserve"):
         factor = float(kind.split("-x")[1]) if "-x" in kind else 1.0
         contender = sim.SkyServe(pools, offers, -sim.WARMUP_S, end, qps_factor=factor)
@@ -78,8 +79,12 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
         "unplaced": t.unplaced, "held_cost": dict(t.held_cost), "cost_by_shape": dict(t.cost_by_shape),
         "gpu_h_by_pool_type": {k: v / 3600 for k, v in t.gpu_s_by_pool_type.items()},
         "pools": {p: dict(d, cost=t.pool_cost.get(p, 0.0),
-                          slo_attainment=d["within"] / d["requests"] if d["requests"] else 1.0)
+                          slo_attainment=d["within"] / d["requests"] if d["requests"] else 1.0,
+                          cold_starts=len(contender.fleet.cold_starts[p]),
+                          cold_start_mean_s=(sum(contender.fleet.cold_starts[p]) / len(contender.fleet.cold_starts[p])
+                                             if contender.fleet.cold_starts[p] else None))
                   for p, d in o.per_pool.items()},
+        "idle_gpu_h_by_fill": {k: v / 3600 for k, v in sorted(t.idle_gpu_s.items(), key=lambda kv: -kv[1])},
         "cpu_s": time.process_time() - started,
     }
     if kind.startswith("skyserve"):
@@ -89,10 +94,10 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
     return out
 
 
-def run_bound(catalog: str, seed: int, hours: float, load_scale: float = 1.0) -> dict:
+def run_bound(catalog: str, seed: int, hours: float, load_scale: float = 1.0, fleet: str = "default") -> dict:
     started = time.process_time()
-    offers, caps, arrivals, _ = _setup(catalog, seed, hours, load_scale)
-    variants = {v.pool_id: v for v in VARIANTS}
+    offers, variant_list, caps, arrivals, _ = _setup(catalog, seed, hours, load_scale, fleet)
+    variants = {v.pool_id: v for v in variant_list}
     b = clairvoyant.lower_bound(arrivals, sim.DT, round(sim.WARMUP_S / sim.DT), variants, caps, offers)
     sampled, equal, worst = clairvoyant.check_exact(b, variants, offers)
     return {
@@ -152,6 +157,17 @@ def render(results: dict, catalog: str, seed: int) -> tuple[str, dict[str, bool]
         f"{n}: loading {results[n]['held_cost'].get('loading', 0):,.0f}, serving "
         f"{results[n]['held_cost'].get('serving', 0):,.0f}, draining {results[n]['held_cost'].get('draining', 0):,.0f}"
         f", unallocated {results[n]['fragmentation_cost']:,.0f}" for n in names))
+    for n in names:
+        idle = results[n].get("idle_gpu_h_by_fill", {})
+        if idle:
+            lines.append(f"{n}: unallocated GPU-hours by node fill (held/GPUs): " + ", ".join(
+                f"{k} {v:.1f}" for k, v in list(idle.items())[:6]))
+    for n in names:
+        tails = [d for p, d in results[n]["pools"].items() if p.startswith("tail-") and d.get("cold_starts")]
+        starts = sum(d["cold_starts"] for d in tails)
+        if starts:
+            mean = sum(d["cold_start_mean_s"] * d["cold_starts"] for d in tails) / starts
+            lines.append(f"{n}: tail pools: {starts} cold starts, mean {mean:.0f} s from placement to ready")
     if bound:
         ex = bound["exact_check"]
         lines.append(f"clairvoyant: {bound['intervals']} intervals of {clairvoyant.INTERVAL_S:.0f} s, GPU-pooled "
@@ -189,6 +205,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="also run SkyServe planning each VM for F x its calibrated QPS (a row skyserve-xF)")
     p.add_argument("--no-oracle", action="store_true", help="skip the nimbus-oracle diagnostic")
     p.add_argument("--load-scale", type=float, default=1.0, help="multiply the main pools' request rates")
+    p.add_argument("--fleet", choices=FLEETS, default="default",
+                   help="h100: pools that accept an H100 accept only H100s (see models.fleet_variants)")
     p.add_argument("--underused-fraction", type=float, help="consolidation budget override (default 0.5)")
     p.add_argument("--nodes-in-flight", type=int, help="consolidation budget override (default 1)")
     p.add_argument("--json", help="where to write the results (default bench/fleet/results-<catalog>.json)")
@@ -205,10 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         return tick.main([])
     started = time.time()
     offers = offers_for(args.catalog)
-    caps = capacities(VARIANTS, {o.gpu_type for o in offers}, jobs=args.jobs, recalibrate=args.recalibrate)
-    print(f"{len(VARIANTS)} pools, {len(offers)} offers ({args.catalog} catalog); replica capacity at the "
+    variants = fleet_variants(args.fleet)
+    caps = capacities(variants, {o.gpu_type for o in offers}, jobs=args.jobs, recalibrate=args.recalibrate)
+    print(f"{len(variants)} pools, {len(offers)} offers ({args.catalog} catalog); replica capacity at the "
           "TTFT SLO (req/s):")
-    for v in VARIANTS:
+    for v in variants:
         print(f"  {v.pool_id:<18} {v.model} {v.quantization or 'bf16'} x{v.gpus} {v.kind:<13} " + ", ".join(
             f"{g} {c.qps:.2f}" for g, c in caps[v.pool_id].items()))
     budget = {k: v for k, v in (("underused_fraction", args.underused_fraction),
@@ -217,9 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     kinds += [f"skyserve-x{f:g}" for f in args.skyserve_headroom]
     results: dict[str, dict] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {k: (pool.submit(run_bound, args.catalog, args.seed, args.hours, args.load_scale)
+        futures = {k: (pool.submit(run_bound, args.catalog, args.seed, args.hours, args.load_scale, args.fleet)
                        if k == "clairvoyant" else
-                       pool.submit(run_contender, k, args.catalog, args.seed, args.hours, args.load_scale, budget))
+                       pool.submit(run_contender, k, args.catalog, args.seed, args.hours, args.load_scale, budget,
+                                   args.fleet))
                    for k in kinds}
         for k, f in futures.items():
             results[k] = f.result()
@@ -232,11 +252,12 @@ def main(argv: list[str] | None = None) -> int:
             print(r["name"], f"${r['cost']:,.0f}", f"{r['billed_gpu_h']:.1f} GPU-h billed")
     print(f"({time.time() - started:.0f} s)")
     suffix = "" if args.seed == 1 else f"-seed{args.seed}"
-    if args.load_scale != 1.0 or budget or args.hours != 24.0:
+    if args.load_scale != 1.0 or budget or args.hours != 24.0 or args.fleet != "default":
         suffix += "-variant"
     path = Path(args.json) if args.json else HERE / f"results-{args.catalog}{suffix}.json"
     path.write_text(json.dumps({"catalog": args.catalog, "seed": args.seed, "hours": args.hours,
-                                "load_scale": args.load_scale, "budget": budget, "code": code_version(),
+                                "load_scale": args.load_scale, "fleet": args.fleet, "budget": budget,
+                                "code": code_version(),
                                 "checks": checks, "results": results}, indent=1, sort_keys=True))
     return 0
 

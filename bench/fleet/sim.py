@@ -110,6 +110,8 @@ class Totals:
     # $ of the GPUs replicas held, by phase: loading (placed -> ready), serving, draining
     held_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     pool_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # GPUs held, $ per pool
+    # GPU-seconds no replica holds, by node fill ("<GPUs held>/<GPUs>", "empty/<GPUs>")
+    idle_gpu_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
 class Fleet:
@@ -120,6 +122,7 @@ class Fleet:
         self.by_pool: dict[str, dict[str, Replica]] = defaultdict(dict)
         self.totals = Totals()
         self.ready_samples: dict[str, list[float]] = defaultdict(list)
+        self.cold_starts: dict[str, list[float]] = defaultdict(list)  # placed -> ready, replicas ready in the day
         self._ids = 0
 
     def _id(self, prefix: str) -> str:
@@ -199,6 +202,8 @@ class Fleet:
             if r.state == "starting" and r.ready_at <= t:
                 r.state = "ready"
                 self.ready_samples[r.pool_id].append(r.ready_at - r.placed_at)
+                if r.ready_at >= self.start:
+                    self.cold_starts[r.pool_id].append(r.ready_at - r.placed_at)
         for r in list(self.replicas.values()):
             if r.state == "ready" and r.replaces is not None:
                 original = self.replicas.get(r.replaces)
@@ -209,11 +214,21 @@ class Fleet:
             if r.state == "stopping" and r.stop_at is not None and r.stop_at <= t:
                 self._end(r, r.stop_at)
                 ended.append(r)
-        gpus = sum(n.offer.gpu_count for n in self.nodes.values())
-        if t >= self.start:
-            self.totals.peak_nodes = max(self.totals.peak_nodes, len(self.nodes))
-            self.totals.peak_gpus = max(self.totals.peak_gpus, gpus)
         return ended
+
+    def sample(self, t: float, dt: float) -> None:
+        """Per-step gauges of the fleet as it stands (after the contender's decisions)."""
+        if t < self.start:
+            return
+        gpus = 0
+        for n in self.nodes.values():
+            total = n.offer.gpu_count
+            gpus += total
+            used = n.used_gpus()
+            if used < total:
+                self.totals.idle_gpu_s[f"{used if n.replicas else 'empty'}/{total}"] += (total - used) * dt
+        self.totals.peak_nodes = max(self.totals.peak_nodes, len(self.nodes))
+        self.totals.peak_gpus = max(self.totals.peak_gpus, gpus)
 
     def close(self) -> None:
         for node in list(self.nodes.values()):
@@ -324,6 +339,7 @@ class Contender:
             t = self.start + k * DT
             self.fleet.advance(t)
             self.decide(t)
+            self.fleet.sample(t, DT)
             self.serve(t, k)
         for pool in self.pools.values():
             pool.queue.close()
@@ -470,8 +486,9 @@ class OracleNimbus(Nimbus):
     what a perfect forecaster with no headroom would ask for. It separates what the fleet layer
     costs (fragmentation, GPU types, cold starts) from what the autoscaler's headroom costs."""
 
-    def __init__(self, pools, offers, start, end, *, lookahead_s: float = 300.0):
-        super().__init__(pools, offers, start, end, consolidation=True)
+    def __init__(self, pools, offers, start, end, *, lookahead_s: float = 300.0,
+                 budget: ConsolidationBudget | None = None):
+        super().__init__(pools, offers, start, end, consolidation=True, budget=budget)
         self.name = "nimbus-oracle"
         self.rates = {}
         per = round(60.0 / DT)
