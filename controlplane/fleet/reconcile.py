@@ -425,15 +425,16 @@ def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], shapes:
                 budget: ConsolidationBudget, scaling_up: set[str], now: dt.datetime, settings: Settings,
                 result: TickResult, launch_ops: list[Operation]) -> int:
     by_node = fleet.on_node()
-    copies = [r for r in fleet.replicas if r.replaces_id is not None and r.desired_state == RUN and holds_gpus(r)]
+    # Moves under way: a copy whose original still serves. A copy that took over long ago is just a
+    # replica; counting it would hold its pool's move budget forever.
+    in_flight = move_ends(fleet.replicas)
+    by_id = {r.id: r for r in fleet.replicas}
     moves_in_flight: dict[str, int] = defaultdict(int)
     source_nodes: set[uuid.UUID] = set()
-    by_id = {r.id: r for r in fleet.replicas}
-    for c in copies:
-        moves_in_flight[str(c.pool_id)] += 1
-        if (orig := by_id.get(c.replaces_id)) is not None:
-            source_nodes.add(orig.node_id)
-    in_flight = move_ends(fleet.replicas)
+    for c in fleet.replicas:
+        if c.replaces_id is not None and c.id in in_flight:
+            moves_in_flight[str(c.pool_id)] += 1
+            source_nodes.add(by_id[c.replaces_id].node_id)
     slots = [node_slots(n, by_node.get(n.id, []), shapes, in_flight) for n in fleet.nodes.values()
              if n.state in PLACEABLE_NODE_STATES]
     pools = {str(p.id): pool_need(p) for p in fleet.pools.values()}
