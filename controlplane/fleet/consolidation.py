@@ -16,6 +16,7 @@ Pure: no I/O, no clock (``now`` is an argument), deterministic.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -73,6 +74,16 @@ def _rank_of(need: PoolNeed, node: NodeSlots) -> int | None:
     return placement_rank(need.placement, node.cloud, node.region, node.zone)
 
 
+def _no_slower(need: PoolNeed, gpu_type: str) -> PoolNeed:
+    """The pool's need, restricted to GPU types on which a replica runs at least as fast as on
+    ``gpu_type``: a move must not cost a pool throughput it has profiled (as for *replace*)."""
+    if not need.tokens_per_s:
+        return need
+    floor = tokens_per_s(need, gpu_type) - _TINY
+    allowed = tuple(t for t in (need.gpu_types or tuple(need.tokens_per_s)) if tokens_per_s(need, t) >= floor)
+    return dataclasses.replace(need, gpu_types=allowed)
+
+
 def _try_delete(node: NodeSlots, pools: Mapping[str, PoolNeed], slots: FreeSlots,
                 zone_counts: dict[str, dict[str | None, int]]) -> list[Move] | None:
     """Moves of every replica of ``node`` into free slots of other nodes, taken from ``slots``;
@@ -81,7 +92,7 @@ def _try_delete(node: NodeSlots, pools: Mapping[str, PoolNeed], slots: FreeSlots
     moves: list[Move] = []
     slots.take_out(node.node_id)
     for r in _move_order(node):
-        need = pools[r.pool_id]
+        need = _no_slower(pools[r.pool_id], node.gpu_type)
         zc = zone_counts.get(r.pool_id) if need.spread_zones else None
         if zc is not None:
             zc = dict(zc)

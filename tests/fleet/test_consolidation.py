@@ -291,3 +291,17 @@ def test_consolidation_rules_always_hold(fleet):
     for p, c in moves_per_pool.items():
         # a pool with nothing in flight may have one node emptied whatever it holds; beyond that, the budget
         assert in_flight.get(p, 0) == 0 or in_flight.get(p, 0) + c <= budget.max_moves_per_pool
+
+
+def test_delete_never_moves_a_replica_onto_a_slower_gpu_type() -> None:
+    """A replica on an H100 does not move into a free L40S slot when the pool's profile says it runs
+    slower there (a delete must not cost throughput, as a replace must not); onto another H100 it may."""
+    fast = node("h", underused_since=SETTLED, replicas=(rep("r", "p", 0),))
+    l40s = node("l", gpu_type="l40s", gpus=4, price=10.49, replicas=(rep("x", "q", 0),))
+    pools = {"p": PoolNeed("p", 1, 40, gpu_types=("h100", "l40s"), tokens_per_s={"h100": 9000.0, "l40s": 3000.0}),
+             "q": PoolNeed("q", 1, 40, gpu_types=("l40s",))}
+    assert plan_consolidation([fast, l40s], pools, [], NOW, BUDGET) == []
+    other_h100 = node("h2", replicas=(rep("y", "q2", 0),))
+    pools["q2"] = PoolNeed("q2", 1, 40)
+    [action] = plan_consolidation([fast, l40s, other_h100], pools, [], NOW, BUDGET)
+    assert action.kind == "delete" and {m.to_node for m in action.moves} == {"h2"}
