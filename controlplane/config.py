@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from controlplane.fleet.capacity import ConsolidationBudget
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="NIMBUS_", extra="ignore")
@@ -91,19 +93,19 @@ class Settings(BaseSettings):
     )
     consolidation_enabled: bool = Field(default=True, description="Empty or replace underused nodes.")
     consolidation_settle_s: float = Field(
-        default=300.0, ge=0, description="A node must be underused this long before consolidation moves it."
+        default=ConsolidationBudget.settle_s, ge=0, description="A node must be underused this long before consolidation moves it."
     )
-    # Any node with a free GPU is a candidate by default (as in Karpenter, whose utilization threshold
-    # went away): whether a move pays is the savings-to-disruption score's call, not a fixed share.
-    # bench.fleet: a half-full node never moving left 13% of the sample catalog's billed GPUs idle.
+    # The defaults are the consolidation policy's own (one owner); bench.fleet: a half-full node never
+    # moving left 13% of the sample catalog's billed GPUs idle.
     consolidation_underused_fraction: float = Field(
-        default=1.0, gt=0, le=1, description="A node using less than this share of its GPUs is a candidate."
+        default=ConsolidationBudget.underused_fraction, gt=0, le=1,
+        description="A node using less than this share of its GPUs is a candidate.",
     )
     consolidation_min_score: float = Field(
-        default=1.0, ge=0, description="Savings over an hour must be this multiple of the move's disruption cost."
+        default=ConsolidationBudget.min_score, ge=0, description="Savings over an hour must be this multiple of the move's disruption cost."
     )
-    consolidation_moves_per_pool: int = Field(default=1, ge=1, description="Moves in flight per pool.")
-    consolidation_nodes_in_flight: int = Field(default=1, ge=1, description="Nodes being emptied fleet-wide.")
+    consolidation_moves_per_pool: int = Field(default=ConsolidationBudget.max_moves_per_pool, ge=1, description="Moves in flight per pool.")
+    consolidation_nodes_in_flight: int = Field(default=ConsolidationBudget.max_nodes_in_flight, ge=1, description="Nodes being emptied fleet-wide.")
 
     @property
     def resolved_database_url(self) -> str:

@@ -171,4 +171,6 @@ class ConsolidationBudget:
     max_nodes_in_flight: int = 1  # nodes being emptied fleet-wide
     horizon_s: float = 3600.0  # savings counted over this horizon
     min_score: float = 1.0  # savings over the horizon ≥ min_score × disruption cost
-    underused_fraction: float = 0.5  # a node using less than this share of its GPUs is underused
+    # A node using less than this share of its GPUs is a candidate. 1.0: every node with a free GPU,
+    # as in Karpenter (whose utilization threshold went away); the score decides whether a move pays.
+    underused_fraction: float = 1.0

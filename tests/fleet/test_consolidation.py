@@ -62,8 +62,12 @@ def assert_valid(nodes: list[NodeSlots], actions: list[ConsolidationAction]) -> 
 
 
 def test_underused():
-    assert underused(node("n", replicas=(rep("r", "p", 0, 1, 2),)), BUDGET)  # 3/8 < 0.5
-    assert not underused(node("n", replicas=(rep("r", "p", 0, 1, 2, 3),)), BUDGET)  # 4/8
+    half = dataclasses.replace(BUDGET, underused_fraction=0.5)
+    assert underused(node("n", replicas=(rep("r", "p", 0, 1, 2),)), half)  # 3/8 < 0.5
+    assert not underused(node("n", replicas=(rep("r", "p", 0, 1, 2, 3),)), half)  # 4/8
+    # By default every node with a free GPU is a candidate (the score decides), a full one is not.
+    assert underused(node("n", replicas=(rep("r", "p", *range(7)),)), BUDGET)
+    assert not underused(node("n", replicas=(rep("r", "p", *range(8)),)), BUDGET)
     assert not underused(node("n", launched=False, replicas=(rep("r", "p", 0),)), BUDGET)
     assert not underused(node("n", ready=False, replicas=(rep("r", "p", 0),)), BUDGET)
 
