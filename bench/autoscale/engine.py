@@ -7,8 +7,14 @@ whole running batch. Runs of decode steps between events (an arrival, a completi
 sync point) are taken in one go, so a day of traffic costs a few operations per request
 instead of one per 20 ms step.
 
-TTFT = time waiting in the replica's queue + the extend batch it joined. A request's first
+TTFT = time waiting in the replica's queue + the extend batch it joined, counted from the
+request's arrival at the edge (so it includes any wait in the edge's queue). A request's first
 token comes out of its prefill; the rest take one decode step each.
+
+The edge caps each replica at its batch slots (``dataplane/edge/router.py::capacity``: in-flight
+requests, queued or running, at most ``max_running_requests``) and holds the rest in its own
+queue (``EdgeQueue``). A replica given that queue pulls from it whenever one of its requests
+finishes and it has a slot free, at that instant, as the edge dispatches on a release.
 """
 
 from __future__ import annotations
@@ -55,6 +61,18 @@ def _gpu(name: str) -> timing.GpuProfile:
     return timing.get_gpu(name)
 
 
+class EdgeQueue:
+    """The edge's queue for one pool: requests no replica had a free slot for, oldest first
+    (one tenant, so the fair queue is FIFO), and when each left it for a replica."""
+
+    __slots__ = ("dispatched", "queue", "waits")
+
+    def __init__(self, n: int):
+        self.queue: deque = deque()  # (arrival, prompt, output, request index)
+        self.dispatched: list[float | None] = [None] * n  # time each request reached an engine
+        self.waits: list[float] = []  # time in the queue of the requests that left it, not yet collected
+
+
 class StepTimes:
     """Memoised step durations; token counts are bucketed so the caches stay small."""
 
@@ -75,6 +93,7 @@ class StepTimes:
 
 class Replica:
     __slots__ = (
+        "cap",
         "chunk",
         "clock",
         "completed",
@@ -100,6 +119,7 @@ class Replica:
         self.times = times
         self.kv_capacity = profile.kv_capacity_tokens
         self.max_running = profile.max_running_requests
+        self.cap = profile.max_running_requests  # the edge's in-flight cap (capacity_factor 1.0)
         self.chunk = profile.chunk_tokens
         self.launched_at = launched_at
         self.ready_at = ready_at
@@ -130,11 +150,29 @@ class Replica:
     def _fits(self, prompt: int, output: int) -> bool:
         return len(self.running) < self.max_running and self.kv_used + prompt + output <= self.kv_capacity
 
-    def advance(self, until: float, ttft_out: list) -> None:
+    def has_slot(self) -> bool:
+        return len(self.waiting) + len(self.running) < self.cap
+
+    def _pull(self, edge: EdgeQueue) -> None:
+        """Take queued requests from the edge (those that have arrived) while a slot is free."""
+        queue, waiting, clock = edge.queue, self.waiting, self.clock
+        while queue and queue[0][0] <= clock and len(waiting) + len(self.running) < self.cap:
+            item = queue.popleft()
+            edge.dispatched[item[3]] = clock
+            edge.waits.append(clock - item[0])
+            # Behind what this engine already holds, ahead of what is still to arrive.
+            position = len(waiting)
+            while position and waiting[position - 1][0] > clock:
+                position -= 1
+            waiting.insert(position, item)
+
+    def advance(self, until: float, ttft_out: list, edge: EdgeQueue | None = None) -> None:
         """Run the engine up to ``until``; first tokens go to ``ttft_out`` as
-        (request index, ttft, time of the first token)."""
+        (request index, ttft, time of the first token). With ``edge``, free slots pull from it."""
         times = self.times
         while self.clock < until:
+            if edge is not None and edge.queue and len(self.waiting) + len(self.running) < self.cap:
+                self._pull(edge)
             waiting = self.waiting
             head_arrived = waiting and waiting[0][0] <= self.clock
             if head_arrived and self._fits(waiting[0][1], waiting[0][2]):
@@ -154,20 +192,23 @@ class Replica:
                     ttft_out.append((index, ttft, self.clock))
                     heapq.heappush(self.running, (self.decoded + max(0, output - 1), prompt + output, index))
                 self._finish_done()
-            elif self.running:
+                continue
+            # The next arrival this engine will see: its own queue's, or the edge's if it has room.
+            upcoming = waiting[0][0] if waiting and waiting[0][0] > self.clock else math.inf
+            if edge is not None and edge.queue and self.has_slot():
+                upcoming = min(upcoming, edge.queue[0][0])
+            if self.running:
                 step = times.decode(len(self.running), self.context)
                 to_finish = max(1, self.running[0][0] - self.decoded)
-                horizon = until
-                if waiting and waiting[0][0] > self.clock:
-                    horizon = min(horizon, waiting[0][0])
+                horizon = min(until, upcoming)
                 to_horizon = max(1, math.ceil((horizon - self.clock) / step))
                 k = min(to_finish, to_horizon)
                 self.clock += k * step
                 self.decoded += k
                 self.context += k * len(self.running)
                 self._finish_done()
-            elif waiting and waiting[0][0] > self.clock:
-                self.clock = min(until, waiting[0][0])
+            elif upcoming > self.clock and upcoming < math.inf:
+                self.clock = min(until, upcoming)
             else:
                 # Idle, or blocked with nothing running (a request larger than the KV pool).
                 self.clock = until
