@@ -236,7 +236,9 @@ def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: De
         # shrinking queue is a burst being worked off, already sized by the rate.
         panic_units = max(panic_units, float(demand.ready + 1))
         panic = replicas_for(panic_units)
-    panic_mode = panic > demand.ready and (panic >= config.panic_threshold * ready or queued_too_long)
+    # Knative's rule: the demand itself (not its ceiling) reaches panic_threshold × the ready
+    # replicas. With the ceiling, one ready replica panicked on any 10 s mean above 1.0.
+    panic_mode = panic > demand.ready and (panic_units >= config.panic_threshold * ready - EPS or queued_too_long)
     return ReactiveNeed(stable_units, panic_units, panic_mode)
 
 

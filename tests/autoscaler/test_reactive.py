@@ -128,3 +128,14 @@ def test_a_standing_queue_scales_up_even_when_the_rate_looks_small() -> None:
         decision, state = decide(spec, obs, state, AutoscalerConfig())
     assert decision.target_replicas >= 2
     assert any("queued" in r for r in decision.reasons)
+
+
+def test_one_replica_panics_only_at_twice_its_capacity():
+    """Knative's rule, applied to the demand rather than its ceiling: with one ready replica a
+    10 s spike of 1.3 replicas' worth is a stable-window matter, 2.1 is a panic."""
+    spec = make_spec(replica_tokens_per_s=1000.0)
+    for rate, panics in ((1300.0, False), (2100.0, True)):
+        obs = PoolObservation(now=0.0, replicas=(make_replica(0, running=50),),
+                              token_rate_history=((0.0, rate),))
+        decision, _ = decide(spec, obs, AutoscalerState())
+        assert decision.signals["panic"] is panics, (rate, decision.reasons)
