@@ -57,8 +57,9 @@ class PoolSpec:
     tenant_gpu_quota: int | None = None  # dedicated pools only
     # GPUs the owning tenant holds across all its pools *including this one* (draining too).
     tenant_gpus_in_use: int = 0
-    # Profiled token throughput (prompt + output tok/s) one replica sustains inside the SLO,
-    # as Dynamo's planner sizes from profiles. None: the policy learns it from observations.
+    # Profiled throughput one replica sustains inside the SLO, in the unit of the observation's
+    # ``token_rate_history`` (weighted tokens/s, see ``weighted_tokens``), as Dynamo's planner
+    # sizes from profiles. None: the policy learns it from observations.
     replica_tokens_per_s: float | None = None
 
 
@@ -93,12 +94,22 @@ class EdgeSignals:
         return sum(n for reason, n in self.rejections.items() if reason.startswith("503/"))
 
 
+def weighted_tokens(prompt: float, generated: float, output_token_weight: float | None) -> float:
+    """Work in prompt-token equivalents: the unit of the token rate the policy sizes with.
+
+    A prefill step takes a whole prompt, a decode step one token per request, so a generated
+    token costs a replica several prompt tokens' time; how many is the variant's profile. At
+    a flat request rate, a shift from long prompts to long outputs moves the plain token sum
+    little while the replicas needed rise 3× (bench.autoscale's mix trace)."""
+    return prompt + (1.0 if output_token_weight is None else output_token_weight) * generated
+
+
 @dataclass(frozen=True)
 class PoolObservation:
     now: float
     replicas: tuple[ReplicaSignal, ...] = ()
     request_rate_history: Sequence[tuple[float, float]] = ()  # (t, req/s), oldest first
-    token_rate_history: Sequence[tuple[float, float]] = ()  # (t, tok/s), oldest first
+    token_rate_history: Sequence[tuple[float, float]] = ()  # (t, weighted tok/s), oldest first
     model_ready_seconds: Sequence[float] = ()  # measured cold starts of this pool's model
     last_request_at: float | None = None
     activation_requested: bool = False  # the edge holds a request for a pool at zero

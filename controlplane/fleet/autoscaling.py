@@ -33,6 +33,7 @@ from controlplane.autoscaler.signals import (
     PoolObservation,
     PoolSpec,
     ReplicaSignal,
+    weighted_tokens,
 )
 from controlplane.config import Settings
 from controlplane.fleet.edge_signals import read_edge_signals, redis_client
@@ -92,13 +93,15 @@ def replica_signal(r: Replica, node: Node, gpus: int) -> ReplicaSignal:
     )
 
 
-def live_rates(replicas: Sequence[Replica]) -> tuple[float, float]:
-    """(req/s, tok/s) the engines reported in their last heartbeat: fresher than the usage rollup."""
+def live_rates(replicas: Sequence[Replica], output_token_weight: float | None = None) -> tuple[float, float]:
+    """(req/s, weighted tok/s) the engines reported in their last heartbeat: fresher than the
+    usage rollup. SGLang counts prompt and generated tokens apart, so they are weighed apart."""
     req = tok = 0.0
     for r in replicas:
         m = r.metrics or {}
         req += float(m.get("num_requests_per_s") or 0.0)
-        tok += float(m.get("prompt_tokens_per_s") or 0.0) + float(m.get("generation_tokens_per_s") or 0.0)
+        tok += weighted_tokens(float(m.get("prompt_tokens_per_s") or 0.0),
+                               float(m.get("generation_tokens_per_s") or 0.0), output_token_weight)
     return req, tok
 
 
@@ -120,12 +123,14 @@ class Observed:
     busy: bool  # a replica reported work in its last heartbeat
 
 
-def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime) -> tuple[list, list, float | None]:
+def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime,
+             output_token_weight: float | None = None) -> tuple[list, list, float | None]:
     rows = session.execute(
         select(
             UsageMinute.minute,
             func.sum(UsageMinute.requests),
-            func.sum(UsageMinute.prompt_tokens + UsageMinute.completion_tokens),
+            func.sum(UsageMinute.prompt_tokens),
+            func.sum(UsageMinute.completion_tokens),
         )
         .where(UsageMinute.variant_id == variant_id, UsageMinute.minute >= now - dt.timedelta(seconds=HISTORY_S))
         .group_by(UsageMinute.minute)
@@ -136,9 +141,10 @@ def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime) -> tuple
     # every busy tick) cover the minute still running. That minute's bucket is left out of the
     # rates: stamped in the future with a partial count, it would put the history out of order
     # (the forecast's windows would drop the live sample appended after it).
-    ended = [(m.timestamp() + 60, n, t) for m, n, t in rows if m.timestamp() + 60 <= now.timestamp()]
+    ended = [(m.timestamp() + 60, n, weighted_tokens(float(p or 0), float(c or 0), output_token_weight))
+             for m, n, p, c in rows if m.timestamp() + 60 <= now.timestamp()]
     req = [(end, float(n or 0) / 60) for end, n, _ in ended]
-    tok = [(end, float(t or 0) / 60) for end, _, t in ended]
+    tok = [(end, t / 60) for end, _, t in ended]
     last = rows[-1][0].timestamp() if rows else None
     return req, tok, last
 
@@ -170,8 +176,9 @@ def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | 
                Replica.replaces_id.is_(None) | (Replica.state == ReplicaState.ready))
     ).all()
     replicas = [replica_signal(r, n, gpus) for r, n in rows]
-    req_hist, tok_hist, last_usage = _history(session, pool.variant_id, now)
-    live_req, live_tok = live_rates([r for r, _ in rows])
+    weight = pool.variant.output_token_weight
+    req_hist, tok_hist, last_usage = _history(session, pool.variant_id, now, weight)
+    live_req, live_tok = live_rates([r for r, _ in rows], weight)
     if rows:
         req_hist.append((now.timestamp(), live_req))
         tok_hist.append((now.timestamp(), live_tok))
@@ -256,6 +263,10 @@ def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Set
             decision, reasons=(*decision.reasons, floor.reason()),
             signals={**decision.signals, "scheduled_min_replicas": floor.min_replicas,
                      "schedule_window": floor.window.describe()})
+    if pool.variant.output_token_weight is not None:
+        # The token rate in the signals is weighted: the decision says by what.
+        decision = dataclasses.replace(
+            decision, signals={**decision.signals, "output_token_weight": pool.variant.output_token_weight})
     current = sum(1 for r in seen.obs.replicas if r.active)
     pool.desired_replicas = decision.target_replicas
     if seen.busy:

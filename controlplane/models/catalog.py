@@ -109,9 +109,14 @@ class ModelVariant(UUIDPrimaryKey, Timestamps, Base):
     gpu_types: Mapped[list[str] | None] = mapped_column(JSONType)  # allowed GPU types; NULL = any
     context_length: Mapped[int] = mapped_column(Integer)
     size_gb: Mapped[float | None] = mapped_column(Float)  # weights on disk, for cold-start estimates
-    # Profiled decode throughput of one replica per GPU type, tokens/s ({"h100": 9100.0, …}): what
+    # Profiled throughput of one replica per GPU type inside the SLO ({"h100": 9100.0, …}), in
+    # weighted tokens/s: prompt tokens plus ``output_token_weight`` × generated tokens. What
     # placement compares GPU types by (tokens/s per dollar) and the autoscaler sizes replicas with.
     profiled_tokens_per_s: Mapped[dict] = mapped_column(JSONType, default=dict)
+    # What one generated token costs a replica, in prompt tokens, from the same profile (decode
+    # runs a step per token, prefill a whole prompt per step: typically 2-6). None counts them
+    # alike, which sizes a pool by request rate × length and misses a shift to long outputs.
+    output_token_weight: Mapped[float | None] = mapped_column(Float)
 
     model: Mapped[Model] = relationship(back_populates="variants")
 

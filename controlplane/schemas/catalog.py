@@ -49,6 +49,8 @@ class RegionOut(msgspec.Struct):
 
 
 GpuType = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
+# A generated token costs a replica from a fraction of a prompt token to a few dozen of them.
+OutputTokenWeight = Annotated[float, msgspec.Meta(ge=0.1, le=100)]
 
 
 class VariantCreate(msgspec.Struct, forbid_unknown_fields=True):
@@ -61,8 +63,11 @@ class VariantCreate(msgspec.Struct, forbid_unknown_fields=True):
     engine_args: dict[str, Any] = {}
     gpu_types: list[Annotated[str, msgspec.Meta(min_length=1, max_length=32)]] | None = None
     size_gb: Annotated[float, msgspec.Meta(gt=0, le=100_000)] | None = None
-    # One replica's measured decode throughput per GPU type (tokens/s), e.g. {"h100": 9100}.
+    # One replica's measured throughput per GPU type inside the SLO, in weighted tokens/s
+    # (prompt + output_token_weight × generated), e.g. {"h100": 9100}.
     profiled_tokens_per_s: dict[GpuType, Annotated[float, msgspec.Meta(gt=0, le=10_000_000)]] = {}
+    # What one generated token costs a replica in prompt tokens (same profile); None: 1.
+    output_token_weight: OutputTokenWeight | None = None
 
 
 class VariantUpdate(msgspec.Struct, forbid_unknown_fields=True):
@@ -74,6 +79,7 @@ class VariantUpdate(msgspec.Struct, forbid_unknown_fields=True):
     engine_args: dict[str, Any] | None = None
     size_gb: Annotated[float, msgspec.Meta(gt=0, le=100_000)] | None = None
     profiled_tokens_per_s: dict[GpuType, Annotated[float, msgspec.Meta(gt=0, le=10_000_000)]] | None = None
+    output_token_weight: OutputTokenWeight | None = None
 
 
 class VariantOut(msgspec.Struct):
@@ -91,6 +97,7 @@ class VariantOut(msgspec.Struct):
     size_gb: float | None
     created_at: dt.datetime
     profiled_tokens_per_s: dict[str, float] = {}
+    output_token_weight: float | None = None
 
 
 class ModelCreate(msgspec.Struct, forbid_unknown_fields=True):

@@ -39,6 +39,7 @@ def variant_out(v: ModelVariant, model_name: str) -> VariantOut:
         size_gb=v.size_gb,
         created_at=v.created_at,
         profiled_tokens_per_s=dict(v.profiled_tokens_per_s or {}),
+        output_token_weight=v.output_token_weight,
     )
 
 
@@ -84,6 +85,7 @@ def _new_variant(body: VariantCreate) -> ModelVariant:
         context_length=body.context_length,
         size_gb=body.size_gb,
         profiled_tokens_per_s={k.lower(): float(t) for k, t in body.profiled_tokens_per_s.items()},
+        output_token_weight=body.output_token_weight,
     )
 
 

@@ -216,6 +216,36 @@ def test_rate_history_holds_only_finished_minutes_and_ends_with_the_live_rate(se
     assert seen.obs.last_request_at == now.timestamp()  # busy now; the running minute still counts as use
 
 
+
+def test_generated_tokens_weigh_what_the_profile_says_in_history_live_rate_and_decision(settings) -> None:
+    """The variant's output_token_weight reaches every token rate the policy sizes with: the
+    usage rollup's minutes and the engines' live rates (both count prompt and generated tokens
+    apart), and the stored decision says the rate was weighted."""
+    from controlplane.fleet.autoscaling import observe
+
+    live = {"num_running_reqs": 1, "num_requests_per_s": 2.0, "prompt_tokens_per_s": 30.0,
+            "generation_tokens_per_s": 20.0}
+    pool_id = make_pool(settings, metrics=live)
+    now = T0 + dt.timedelta(minutes=2, seconds=30)
+    with session_scope(settings) as s:
+        pool = s.get(Pool, pool_id)
+        pool.variant.output_token_weight = 4.0
+        tenant = Tenant(name=f"t-{uuid.uuid4().hex[:6]}")
+        s.add(tenant)
+        s.flush()
+        s.add(UsageMinute(tenant_id=tenant.id, variant_id=pool.variant_id, minute=T0 + dt.timedelta(minutes=1),
+                          requests=60, prompt_tokens=600, completion_tokens=300))
+        s.flush()
+        seen = observe(s, pool, now)
+    # (600 + 4 × 300) / 60 s and 30 + 4 × 20: not the plain sums (15 and 50 tok/s).
+    assert list(seen.obs.token_rate_history) == [((T0 + dt.timedelta(minutes=2)).timestamp(), 30.0),
+                                                 (now.timestamp(), 110.0)]
+    tick(settings, pool_id, now)
+    with session_scope(settings) as s:
+        decision = s.scalars(select(AutoscalerDecision).where(AutoscalerDecision.pool_id == pool_id)).one()
+        assert decision.signals["output_token_weight"] == 4.0
+        assert decision.signals["token_rate"] == 110.0
+
 # ---------------------------------------------------------------- scheduled capacity
 WEEKDAYS_9_TO_18 = [{"days": ["mon", "tue", "wed", "thu", "fri"], "start": "09:00", "end": "18:00",
                      "min_replicas": 3}]

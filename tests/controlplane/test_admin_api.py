@@ -111,8 +111,17 @@ async def test_models_and_variants(client, admin) -> None:
                           json={"tier": "int4", "model_path": "x-awq", "gpu_memory_gb": 8, "context_length": 8192,
                                 "quantization": "awq"}, headers=admin)
     assert r.status_code == 201 and r.json()["quantization"] == "awq"
-    r = await client.patch(f"/admin/v1/variants/{r.json()['id']}", json={"context_length": 4096}, headers=admin)
+    variant_id = r.json()["id"]
+    assert r.json()["output_token_weight"] is None
+    r = await client.patch(f"/admin/v1/variants/{variant_id}", json={"context_length": 4096}, headers=admin)
     assert r.json()["context_length"] == 4096
+    # The profile: weighted tokens/s per GPU type and what a generated token weighs.
+    r = await client.patch(f"/admin/v1/variants/{variant_id}",
+                           json={"profiled_tokens_per_s": {"H100": 8500}, "output_token_weight": 3.8}, headers=admin)
+    assert r.status_code == 200
+    assert r.json()["profiled_tokens_per_s"] == {"h100": 8500.0} and r.json()["output_token_weight"] == 3.8
+    r = await client.patch(f"/admin/v1/variants/{variant_id}", json={"output_token_weight": 0}, headers=admin)
+    assert r.status_code in (400, 422) and "output_token_weight" in r.text
 
 
 async def test_pool_validation(client, admin) -> None:
