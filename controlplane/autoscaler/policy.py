@@ -320,10 +320,12 @@ def apply_hysteresis(need: float, latest: float, current: int, need_samples: Seq
     held = max([v for t, v in need_samples if t > now - config.scale_down_hold_s] + [need])
     if replicas_for(held * (1 + config.scale_down_headroom)) >= current:
         return current, f"hold: peak need over {config.scale_down_hold_s:.0f}s is {held:.2f}"
-    # The decline has lasted the whole hold window: go to today's level in one step rather
-    # than following the window's maximum down as it slides (one event, not five).
+    # The decline has lasted the whole hold window: shrink to what its peak needs, with the
+    # headroom. Shrinking to the last minute's level instead put the target inside the noise
+    # of the minutes before it (a 5-minute peak of 9.9 replicas' worth, a scale-down to 10, a
+    # scale-up at 10.1 three minutes later); the minimum step keeps this to a few events.
     recent = max([v for t, v in need_samples if t > now - config.stable_window_s] + [need])
-    keep = replicas_for(recent * (1 + config.scale_down_headroom))
+    keep = replicas_for(held * (1 + config.scale_down_headroom))
     seen_since = need_samples[0][0] if need_samples else now
     if now - seen_since < config.scale_down_hold_s - config.decision_interval_s:
         # Too little memory (first ticks, or state lost): a quiet minute is no reason to shrink.
