@@ -2,8 +2,9 @@
 
 ``decide`` composes small pure pieces, each answering one question:
 
-* ``measure_demand``   how many replicas' worth of work is there now? The token rate over the
-                       per-replica capacity (profiled, times a scale learned from TTFT), and
+* ``measure_demand``   how many replicas' worth of work is there now? The token rate (generated
+                       tokens weighted by the variant's profile, ``signals.weighted_tokens``)
+                       over the per-replica capacity (profiled, times a scale learned from TTFT), and
                        the engines' batch slots and KV pool when no backlog distorts them,
                        plus the backlog only the edges see (their fair queues).
 * ``tune_capacity_scale`` / ``cut_capacity_scale``  SLO feedback on that capacity.
