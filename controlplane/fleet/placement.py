@@ -11,7 +11,9 @@ always gives the same plan. ``plan_placement`` works in two phases:
 2. **The cheapest new nodes for the rest.** Each pool takes the first entry of its placement
    list that has a launchable offer (the operator's order is law), narrows the GPU types by
    profiled tokens/s per dollar when it has profiles, and the replicas of every pool in one
-   market and dedication are bin-packed together onto the offers: big counts are settled with
+   market and dedication are bin-packed together onto the offers. Pools whose replicas need
+   the same GPUs on the same offers and zones pack as one *kind*, by count, so a mass launch of
+   thousands of pools costs about what a handful of kinds do: big counts are settled with
    full nodes of the cheapest shape per GPU, the rest by a memoised search over which shape
    hosts the largest replica left (the other replicas that fit fill the node's leftover
    slots), which is exact for the packing rules it explores and cheap on the handful of
@@ -345,42 +347,54 @@ class _Item:
         return self.need.gpus_per_replica
 
 
-# A new node in a packing: (offer index, zones every replica on it allows, replicas per item).
-_Bin = tuple[int, frozenset[str], tuple[int, ...]]
+@dataclass
+class _Kind:
+    """Replicas that pack alike, of one pool or several: the same GPU count on the same offers in
+    the same zones. The packing looks at nothing else, so a mass launch of thousands of pools
+    with a handful of shapes between them packs a handful of kinds, by count."""
+
+    k: int
+    n: int
+    cands: dict[int, frozenset[str]]
 
 
-def _fill(items: Sequence[_Item], offers: Sequence[Offer], counts: tuple[int, ...], anchor: int, o: int,
-          order: Sequence[int]) -> tuple[tuple[int, ...], _Bin, int]:
+# What a new node holds: (index, replicas) for each kind (or item) on it, by index. Sparse, since a
+# node holds a few of possibly many.
+_Take = tuple[tuple[int, int], ...]
+# A new node in a packing: (offer index, zones every replica on it allows, what it holds).
+_Bin = tuple[int, frozenset[str], _Take]
+
+
+def _fill(kinds: Sequence[_Kind], offers: Sequence[Offer], left: Sequence[int], anchor: int, o: int,
+          order: Sequence[int]) -> tuple[_Take, frozenset[str], int]:
     """One new node of offer ``o`` holding a replica of ``anchor``, its free slots then filled in
-    ``order`` (the items that may use ``o``) with every remaining replica that fits it: a bought
-    GPU left empty is wasted. Returns the counts left, the node, and the GPUs it fills."""
-    free = offers[o].gpu_count
-    zones = items[anchor].cands[o]
-    left, take = list(counts), [0] * len(items)
-    left[anchor] -= 1
-    take[anchor] = 1
-    free -= items[anchor].k
+    ``order`` (the kinds that may use ``o``) with every remaining replica that fits it: a bought
+    GPU left empty is wasted. Reads ``left`` (replicas left per kind) without changing it;
+    returns what the node takes, its zones, and the GPUs it fills."""
+    free = offers[o].gpu_count - kinds[anchor].k
+    zones = kinds[anchor].cands[o]
+    take = {anchor: 1}
     for j in order:
         if not free:
             break
-        it = items[j]
-        if not left[j] or it.k > free:
+        kind = kinds[j]
+        avail = left[j] - take.get(j, 0)  # the anchor's own replica is taken already
+        if not avail or kind.k > free:
             continue
-        z = zones & it.cands[o]
+        z = zones & kind.cands[o]
         if not z:
             continue
-        n = min(left[j], free // it.k)
-        left[j] -= n
-        take[j] += n
-        free -= n * it.k
+        n = min(avail, free // kind.k)
+        take[j] = take.get(j, 0) + n
+        free -= n * kind.k
         zones = z
-    return tuple(left), (o, zones, tuple(take)), offers[o].gpu_count - free
+    return tuple(sorted(take.items())), zones, offers[o].gpu_count - free
 
 
-def _components(items: Sequence[_Item]) -> list[list[int]]:
-    """Items that can never share a node (no common offer and zone) are packed apart: the search
+def _components(kinds: Sequence[_Kind]) -> list[list[int]]:
+    """Kinds that can never share a node (no common offer and zone) are packed apart: the search
     stays small and the answer is the same."""
-    parent = list(range(len(items)))
+    parent = list(range(len(kinds)))
 
     def root(i: int) -> int:
         while parent[i] != i:
@@ -389,68 +403,119 @@ def _components(items: Sequence[_Item]) -> list[list[int]]:
         return i
 
     first: dict[tuple[int, str], int] = {}
-    for j, it in enumerate(items):
-        for o, zones in it.cands.items():
+    for j, kind in enumerate(kinds):
+        for o, zones in kind.cands.items():
             for z in zones:
                 other = first.setdefault((o, z), j)
                 parent[root(j)] = root(other)
     groups: dict[int, list[int]] = defaultdict(list)
-    for j in range(len(items)):
+    for j in range(len(kinds)):
         groups[root(j)].append(j)
     return sorted(groups.values())
 
 
+def _kinds_of(items: Sequence[_Item]) -> tuple[list[_Kind], list[list[int]]]:
+    """The kinds of ``items`` (in order of their first item) and the items of each, in order."""
+    kinds: list[_Kind] = []
+    members: list[list[int]] = []
+    index: dict[tuple, int] = {}
+    for j, it in enumerate(items):
+        key = (it.k, frozenset(it.cands.items()))
+        c = index.get(key)
+        if c is None:
+            c = index[key] = len(kinds)
+            kinds.append(_Kind(it.k, 0, it.cands))
+            members.append([])
+        kinds[c].n += it.n
+        members[c].append(j)
+    return kinds, members
+
+
 def _pack(items: Sequence[_Item], offers: Sequence[Offer]) -> list[_Bin]:
-    """New nodes for all of ``items`` (replicas of one market and dedication), cheapest first."""
+    """New nodes for all of ``items`` (replicas of one market and dedication), cheapest first.
+
+    Items are packed as kinds (see :class:`_Kind`): the packing cannot tell their replicas
+    apart, and it works on counts, so its cost follows the number of kinds and of distinct new
+    nodes, not of pools or replicas. Each node's share of a kind is then dealt out to the kind's
+    items in order, each item's replicas before the next one's.
+    """
+    kinds, members = _kinds_of(items)
+    left = [it.n for it in items]
+    nxt = [0] * len(kinds)  # members[c][nxt[c]]: the next item of kind c with replicas to deal out
     bins: list[_Bin] = []
-    m = len(items)
-    for comp in _components(items):
-        sub = [items[j] for j in comp]
-        for o, zones, take in _pack_component(sub, offers):
-            full = [0] * m
-            for j, t in zip(comp, take, strict=True):
-                full[j] = t
-            bins.append((o, zones, tuple(full)))
+    for comp in _components(kinds):
+        for o, zones, take in _pack_component([kinds[c] for c in comp], offers):
+            dealt = []
+            for i, t in take:
+                c = comp[i]
+                while t:
+                    j = members[c][nxt[c]]
+                    got = min(t, left[j])
+                    dealt.append((j, got))
+                    left[j] -= got
+                    t -= got
+                    if not left[j]:
+                        nxt[c] += 1
+            bins.append((o, zones, tuple(sorted(dealt))))
     return bins
 
 
-def _pack_component(items: Sequence[_Item], offers: Sequence[Offer]) -> list[_Bin]:
+def _mixes(counts: Iterable[int]) -> int:
+    """∏ (count + 1): how many states the search could visit. Stops multiplying once past
+    :data:`_SEARCH_STATES`: it is only ever compared with it."""
+    n = 1
+    for c in counts:
+        if c:
+            n *= c + 1
+            if n > _SEARCH_STATES:
+                break
+    return n
+
+
+def _searchable(total: int, counts: Iterable[int]) -> bool:
+    return total <= _EXACT_ITEMS and _mixes(counts) <= _SEARCH_STATES
+
+
+def _pack_component(kinds: Sequence[_Kind], offers: Sequence[Offer]) -> list[_Bin]:
     """Three steps, each cheap where the next would be expensive:
 
-    1. while a pool alone still needs several nodes, a full node of its cheapest shape per GPU;
+    1. while a kind alone still needs several nodes, a full node of its cheapest shape per GPU;
     2. while many replicas are left (or too many mixes of them to search), the node, over the
        shapes for the largest replica left, with the lowest price per GPU it fills;
     3. otherwise a memoised search over the rest: which shape hosts the largest replica left,
        each node's leftover slots filled in one of three orders (largest first, most
        constrained first, dearest to host elsewhere first); exact over the mixes it explores.
-    """
-    m = len(items)
-    counts = [it.n for it in items]
-    bins: list[_Bin] = []
-    for j, it in enumerate(items):
 
-        def per_gpu(o: int, k: int = it.k) -> tuple:
+    The state is a count per kind and a node lists how many of which kinds it takes, so a step
+    costs (shapes × kinds), never (replicas) or (pools).
+    """
+    m = len(kinds)
+    state = [kind.n for kind in kinds]
+    bins: list[_Bin] = []
+    for j, kind in enumerate(kinds):
+
+        def per_gpu(o: int, k: int = kind.k) -> tuple:
             per = offers[o].gpu_count // k
             return (offers[o].price_per_hour / (per * k), offers[o].price_per_hour, o)
 
-        o = min(it.cands, key=per_gpu)
-        per = offers[o].gpu_count // it.k
-        reserve = 2 * max(offers[s].gpu_count for s in it.cands)  # left for the search to mix
-        full = max(0, (counts[j] * it.k - reserve) // (per * it.k))
+        o = min(kind.cands, key=per_gpu)
+        per = offers[o].gpu_count // kind.k
+        reserve = 2 * max(offers[s].gpu_count for s in kind.cands)  # left for the search to mix
+        full = max(0, (state[j] * kind.k - reserve) // (per * kind.k))
         if full:
-            take = tuple(per if i == j else 0 for i in range(m))
-            bins.extend([(o, it.cands[o], take)] * full)
-            counts[j] -= full * per
+            bins.extend([(o, kind.cands[o], ((j, per),))] * full)
+            state[j] -= full * per
 
-    anchor_order = sorted(range(m), key=lambda j: (-items[j].k, len(items[j].cands), j))
-    by_constraint = sorted(range(m), key=lambda j: (len(items[j].cands), -items[j].k, j))
+    anchor_order = sorted(range(m), key=lambda j: (-kinds[j].k, len(kinds[j].cands), j))
+    by_constraint = sorted(range(m), key=lambda j: (len(kinds[j].cands), -kinds[j].k, j))
+    shapes = [sorted(kind.cands) for kind in kinds]
 
-    # Per GPU it fills, what each pool's cheapest shape would cost it: a node's leftover slots are
-    # worth most to the pools that are dearest to host elsewhere.
+    # Per GPU it fills, what each kind's cheapest shape would cost it: a node's leftover slots are
+    # worth most to the kinds that are dearest to host elsewhere.
     def unit_price(j: int, o: int) -> float:
-        return offers[o].price_per_hour / ((offers[o].gpu_count // items[j].k) * items[j].k)
+        return offers[o].price_per_hour / ((offers[o].gpu_count // kinds[j].k) * kinds[j].k)
 
-    unit = [sorted((unit_price(j, o), o) for o in it.cands) for j, it in enumerate(items)]
+    unit = [sorted((unit_price(j, o), o) for o in kind.cands) for j, kind in enumerate(kinds)]
     order_cache: dict[int, tuple[list[int], ...]] = {}
 
     def orders(o: int) -> tuple[list[int], ...]:
@@ -459,43 +524,41 @@ def _pack_component(items: Sequence[_Item], offers: Sequence[Offer]) -> list[_Bi
             def alternative(j: int) -> float:
                 return next((p for p, other in unit[j] if other != o), float("inf"))
 
-            users = [j for j in range(m) if o in items[j].cands]
-            by_value = sorted(users, key=lambda j: (-alternative(j), -items[j].k, j))
+            users = [j for j in range(m) if o in kinds[j].cands]
+            by_value = sorted(users, key=lambda j: (-alternative(j), -kinds[j].k, j))
             got = order_cache[o] = (
-                [j for j in anchor_order if o in items[j].cands],
-                [j for j in by_constraint if o in items[j].cands],
+                [j for j in anchor_order if o in kinds[j].cands],
+                [j for j in by_constraint if o in kinds[j].cands],
                 by_value,
             )
         return got
 
-    def anchor_of(state: tuple[int, ...]) -> int:
-        return next(j for j in anchor_order if state[j])
+    def anchor_of(st: Sequence[int]) -> int:
+        return next(j for j in anchor_order if st[j])
 
-    def greedy_step(state: tuple[int, ...]) -> tuple[tuple[int, ...], _Bin]:
-        a = anchor_of(state)
+    def greedy_step(st: Sequence[int], a: int) -> _Bin:
         best = None
-        for o in sorted(items[a].cands):
+        for o in shapes[a]:
             for v, order in enumerate(orders(o)):
-                nxt, b, used = _fill(items, offers, state, a, o, order)
+                take, zones, used = _fill(kinds, offers, st, a, o, order)
                 key = (offers[o].price_per_hour / used, offers[o].price_per_hour, o, v)
                 if best is None or key < best[0]:
-                    best = (key, nxt, b)
+                    best = (key, (o, zones, take))
         assert best is not None
-        return best[1], best[2]
+        return best[1]
 
-    state = tuple(counts)
-
-    def mixes(st: tuple[int, ...]) -> int:
-        n = 1
-        for c in st:
-            n *= c + 1
-        return n
-
-    while any(state) and (sum(state) > _EXACT_ITEMS or mixes(state) > _SEARCH_STATES):
-        state, b = greedy_step(state)
+    total = sum(state)
+    pos = 0  # anchor_order[pos] is the largest kind left: counts only fall in step 2
+    while total and not _searchable(total, state):
+        while not state[anchor_order[pos]]:
+            pos += 1
+        b = greedy_step(state, anchor_order[pos])
         bins.append(b)
+        for j, t in b[2]:
+            state[j] -= t
+            total -= t
 
-    # At most mixes(state) ≤ _SEARCH_STATES states, each tried with every shape of its anchor.
+    # At most _mixes(state) ≤ _SEARCH_STATES states, each tried with every shape of its anchor.
     memo: dict[tuple[int, ...], tuple[float, int, tuple[int, ...] | None, _Bin | None]] = {}
 
     def solve(st: tuple[int, ...]) -> tuple[float, int, tuple[int, ...] | None, _Bin | None]:
@@ -508,22 +571,27 @@ def _pack_component(items: Sequence[_Item], offers: Sequence[Offer]) -> list[_Bi
         a = anchor_of(st)
         best = None
         seen = set()
-        for o in sorted(items[a].cands):
+        for o in shapes[a]:
             for order in orders(o):
-                nxt, b, _ = _fill(items, offers, st, a, o, order)
+                take, zones, _ = _fill(kinds, offers, st, a, o, order)
+                after = list(st)
+                for j, t in take:
+                    after[j] -= t
+                nxt = tuple(after)
                 if (o, nxt) in seen:
                     continue
                 seen.add((o, nxt))
                 cost, nodes, _, _ = solve(nxt)
                 key = (round(cost + offers[o].price_per_hour, 9), nodes + 1)
                 if best is None or key < best[0]:
-                    best = (key, nxt, b)
+                    best = (key, nxt, (o, zones, take))
         assert best is not None
         memo[st] = (best[0][0], best[0][1], best[1], best[2])
         return memo[st]
 
-    solve(state)
-    st: tuple[int, ...] | None = state
+    start = tuple(state)
+    solve(start)
+    st: tuple[int, ...] | None = start
     while st is not None and any(st):
         _, _, nxt, b = memo[st]
         assert b is not None
@@ -546,13 +614,15 @@ def _needs_text(need: PoolNeed, spot: bool) -> str:
             f"({'spot' if spot else 'on-demand'})")
 
 
-def _new_node_item(need: PoolNeed, spot: bool, n: int, offers: Sequence[Offer]) -> _Item | str:
+def _new_node_item(need: PoolNeed, spot: bool, n: int, offers: Sequence[Offer],
+                   alone_cost: dict[tuple, float] | None = None) -> _Item | str:
     """The offers (and zones) new replicas of ``need`` may launch on, or why there are none.
 
     The first placement entry with a launchable fitting offer wins (the operator's order is
     law); within it, a pool with throughput profiles keeps only the GPU types with the most
     tokens/s per dollar (Mélange), a pool without compares types by price alone, which the
-    packing does.
+    packing does. ``alone_cost`` memoises what n replicas cost packed alone on some offers:
+    many pools of a mass launch ask the same.
     """
     by_rank: dict[int, dict[int, frozenset[str]]] = defaultdict(dict)
     fitting = False
@@ -574,7 +644,12 @@ def _new_node_item(need: PoolNeed, spot: bool, n: int, offers: Sequence[Offer]) 
             by_type[offers[o].gpu_type][o] = z
         value = {}
         for t, sub in by_type.items():
-            cost = sum(offers[b[0]].price_per_hour for b in _pack([_Item(need, spot, n, sub)], offers))
+            key = (need.gpus_per_replica, n, frozenset(sub.items()))
+            cost = None if alone_cost is None else alone_cost.get(key)
+            if cost is None:
+                cost = sum(offers[b[0]].price_per_hour for b in _pack([_Item(need, spot, n, sub)], offers))
+                if alone_cost is not None:
+                    alone_cost[key] = cost
             # tokens/s per dollar of exactly the nodes this pool would need on that type alone
             value[t] = tokens_per_s(need, t) * n / max(cost, _EPS)
         top = max(value.values())
@@ -587,8 +662,9 @@ def _plan_new_nodes(rest: Sequence[tuple[PoolNeed, bool, int]], offers: Sequence
                     ) -> tuple[list[Placed], list[NewNode], list[tuple[str, int, str]]]:
     groups: dict[tuple[bool, str | None], list[_Item]] = defaultdict(list)
     unplaced: list[tuple[str, int, str]] = []
+    alone_cost: dict[tuple, float] = {}
     for need, spot, n in rest:
-        item = _new_node_item(need, spot, n, offers)
+        item = _new_node_item(need, spot, n, offers, alone_cost)
         if isinstance(item, str):
             unplaced.append((need.pool_id, n, item))
         else:
@@ -600,22 +676,34 @@ def _plan_new_nodes(rest: Sequence[tuple[PoolNeed, bool, int]], offers: Sequence
             offer = offers[o]
             key = f"new-{len(launches)}"
             order = [z for z in offer.zones if z in zones]
-            spreading = [j for j, t in enumerate(take) if t and items[j].need.spread_zones]
+            spreading = [(j, t) for j, t in take if items[j].need.spread_zones]
             if spreading:
                 # least-used zone of the spreading pools first; the next new node then sees it used
-                counts = [zone_counts[items[j].need.pool_id] for j in spreading]
+                counts = [zone_counts[items[j].need.pool_id] for j, _ in spreading]
                 order.sort(key=lambda z: sum(c[z] for c in counts))
-                for j, c in zip(spreading, counts, strict=True):
-                    c[order[0]] += take[j]
+                for (_, t), c in zip(spreading, counts, strict=True):
+                    c[order[0]] += t
             launches.append(NewNode(key=key, offer=offer, dedicated_tenant_id=tenant, zones=tuple(order)))
-            mask = (1 << offer.gpu_count) - 1
-            for j in sorted(range(len(items)), key=lambda j: (-items[j].k, j)):
-                for _ in range(take[j]):
-                    gpus = _pick(mask, offer.gpu_count, items[j].k)
-                    assert gpus is not None
-                    mask &= ~sum(1 << g for g in gpus)
-                    placed.append(Placed(items[j].need.pool_id, key, gpus, items[j].spot))
+            take = sorted(take, key=lambda jt: (-items[jt[0]].k, jt[0]))  # big replicas pick GPUs first
+            gpus = iter(_layout(offer.gpu_count, tuple(items[j].k for j, t in take for _ in range(t))))
+            for j, t in take:
+                for _ in range(t):
+                    placed.append(Placed(items[j].need.pool_id, key, next(gpus), items[j].spot))
     return placed, launches, unplaced
+
+
+@lru_cache(maxsize=4096)
+def _layout(total: int, sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """The GPU indices of replicas of ``sizes`` GPUs, in that order, on an empty ``total``-GPU node
+    (see :func:`pick_gpus`). A mass launch buys many nodes holding the same sizes: computed once."""
+    mask = (1 << total) - 1
+    out = []
+    for k in sizes:
+        gpus = _pick(mask, total, k)
+        assert gpus is not None
+        mask &= ~sum(1 << g for g in gpus)
+        out.append(gpus)
+    return tuple(out)
 
 
 # ------------------------------------------------------------------ public

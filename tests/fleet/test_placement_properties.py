@@ -15,7 +15,7 @@ from controlplane.fleet.capacity import (
     PlacementPref,
     PoolNeed,
 )
-from controlplane.fleet.placement import plan_placement
+from controlplane.fleet.placement import _Kind, _pack_component, plan_placement
 from tests.fleet.milp import allowed_sites, exact_min_cost
 
 MEMORY = {"l4": 24.0, "l40s": 48.0, "a100": 40.0, "h100": 80.0}
@@ -229,3 +229,70 @@ def test_exact_reference_packs_replicas_not_pooled_gpus():
     needs = [PoolNeed("pairs", 2, 40.0, missing_on_demand=4), PoolNeed("ones", 1, 40.0, missing_on_demand=4)]
     assert exact_min_cost(needs, [quad]) == 30.0
     assert plan_cost(plan_placement(needs, [], [quad])) == 30.0
+
+
+# ------------------------------------------------------------------ packing by counts
+@st.composite
+def kinds_st(draw) -> tuple[list[_Kind], list[Offer]]:
+    """Kinds of replicas (some with big counts) on launchable offers of one market."""
+    offers = [o for o in draw(offers_st(max_size=5)) if o.zones]
+    if not offers:
+        offers = [Offer("aws", "us-east-1", "h100x8", "h100", 8, 80.0, False, 55.0, ("us-east-1a",))]
+    kinds = []
+    for _ in range(draw(st.integers(1, 5))):
+        k = draw(st.sampled_from(SIZES))
+        fitting = [o for o, offer in enumerate(offers) if offer.gpu_count >= k]
+        if not fitting:
+            continue
+        chosen = draw(st.lists(st.sampled_from(fitting), min_size=1, unique=True))
+        cands = {o: frozenset(draw(st.lists(st.sampled_from(offers[o].zones), min_size=1, unique=True)))
+                 for o in chosen}
+        kinds.append(_Kind(k, draw(st.sampled_from((1, 2, 3, 7, 20, 45, 130, 400))), cands))
+    if not kinds:
+        kinds.append(_Kind(1, 30, {0: frozenset(offers[0].zones)}))
+    return kinds, offers
+
+
+@settings(max_examples=300, deadline=None)
+@given(kinds_st())
+def test_packing_by_counts_holds_every_replica_once_on_allowed_nodes(instance):
+    # kinds with hundreds of replicas: each node's take is counts per kind, and every replica of
+    # every kind is on exactly one node that fits it, in zones it allows, with no GPU overcommitted
+    kinds, offers = instance
+    bins = _pack_component(kinds, offers)
+    assert _pack_component(kinds, offers) == bins  # deterministic
+    held: Counter = Counter()
+    for o, zones, take in bins:
+        assert take and all(t > 0 for _, t in take)
+        assert zones and all(o in kinds[j].cands and zones <= kinds[j].cands[o] for j, _ in take)
+        assert sum(kinds[j].k * t for j, t in take) <= offers[o].gpu_count
+        for j, t in take:
+            held[j] += t
+    assert held == {j: kind.n for j, kind in enumerate(kinds)}
+
+
+@st.composite
+def split_st(draw):
+    """One pool's replicas, and the same replicas split over many pools that pack alike."""
+    need = draw(needs_st(max_pools=1, max_missing=40, profiles=False))[0]
+    parts = draw(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=30))
+    pools = [PoolNeed(f"{need.pool_id}-{i}", need.gpus_per_replica, need.gpu_memory_gb, need.gpu_types,
+                      need.placement, need.dedicated_tenant_id, spot, od, draw(st.booleans()))
+             for i, (spot, od) in enumerate(parts)]
+    whole = PoolNeed(need.pool_id, need.gpus_per_replica, need.gpu_memory_gb, need.gpu_types, need.placement,
+                     need.dedicated_tenant_id, sum(s for s, _ in parts), sum(o for _, o in parts))
+    return whole, pools, draw(offers_st())
+
+
+@settings(max_examples=150, deadline=None)
+@given(split_st())
+def test_many_pools_that_pack_alike_buy_what_one_pool_would(instance):
+    # A mass launch of many pools with the same needs is packed as one kind of replica: the
+    # nodes bought do not depend on how the replicas are split over pools.
+    whole, pools, offers = instance
+    plan = plan_placement(pools, [], offers)
+    check_plan(pools, [], offers, plan)
+    alone = plan_placement([whole], [], offers)
+    assert sorted(n.offer.instance_type for n in plan.launches) == \
+        sorted(n.offer.instance_type for n in alone.launches)
+    assert len(plan.placed) == len(alone.placed)
