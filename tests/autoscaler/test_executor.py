@@ -190,53 +190,50 @@ def test_operator_overrides_reach_the_policy(db_url, tmp_path) -> None:
         config_from(Settings(database_url=db_url, autoscaler_overrides={"scale_down_hold": 42}))
 
 
+LIVE = {"num_running_reqs": 1, "num_requests_per_s": 2.0, "prompt_tokens_per_s": 30.0,
+        "generation_tokens_per_s": 20.0}
+
+
+def observe_with_usage(settings, minutes: list[tuple[dt.datetime, int, int]], now: dt.datetime,
+                       output_token_weight: float | None = None):
+    """One pool whose replica reports ``LIVE``, with usage minutes (start, prompt, completion
+    tokens) rolled up for its variant: what ``observe`` makes of them."""
+    from controlplane.fleet.autoscaling import observe
+
+    pool_id = make_pool(settings, metrics=LIVE)
+    with session_scope(settings) as s:
+        pool = s.get(Pool, pool_id)
+        pool.variant.output_token_weight = output_token_weight
+        tenant = Tenant(name=f"t-{uuid.uuid4().hex[:6]}")
+        s.add(tenant)
+        s.flush()
+        for minute, prompt, completion in minutes:
+            s.add(UsageMinute(tenant_id=tenant.id, variant_id=pool.variant_id, minute=minute, requests=60,
+                              prompt_tokens=prompt, completion_tokens=completion))
+        s.flush()
+        return pool_id, observe(s, pool, now)
+
+
 def test_rate_history_holds_only_finished_minutes_and_ends_with_the_live_rate(settings) -> None:
     """The minute still running is not a rate yet: stamped at its end (in the future) with a
     partial count it put the history out of order, so the forecast's windows dropped the live
     sample after it and kept sizing the pool from minutes that were over."""
-    from controlplane.fleet.autoscaling import observe
-
-    live = {"num_running_reqs": 1, "num_requests_per_s": 2.0, "prompt_tokens_per_s": 30.0,
-            "generation_tokens_per_s": 20.0}
-    pool_id = make_pool(settings, metrics=live)
     now = T0 + dt.timedelta(minutes=2, seconds=30)
-    with session_scope(settings) as s:
-        pool = s.get(Pool, pool_id)
-        tenant = Tenant(name=f"t-{uuid.uuid4().hex[:6]}")
-        s.add(tenant)
-        s.flush()
-        for minute, tokens in ((T0 + dt.timedelta(minutes=1), 6000), (T0 + dt.timedelta(minutes=2), 600)):
-            s.add(UsageMinute(tenant_id=tenant.id, variant_id=pool.variant_id, minute=minute, requests=60,
-                              prompt_tokens=tokens, completion_tokens=0))
-        s.flush()
-        seen = observe(s, pool, now)
+    _, seen = observe_with_usage(settings, [(T0 + dt.timedelta(minutes=1), 6000, 0),
+                                            (T0 + dt.timedelta(minutes=2), 600, 0)], now)
     history = list(seen.obs.token_rate_history)
     assert history == [((T0 + dt.timedelta(minutes=2)).timestamp(), 100.0), (now.timestamp(), 50.0)]
     assert [t for t, _ in history] == sorted(t for t, _ in history)
     assert seen.obs.last_request_at == now.timestamp()  # busy now; the running minute still counts as use
 
 
-
 def test_generated_tokens_weigh_what_the_profile_says_in_history_live_rate_and_decision(settings) -> None:
     """The variant's output_token_weight reaches every token rate the policy sizes with: the
     usage rollup's minutes and the engines' live rates (both count prompt and generated tokens
     apart), and the stored decision says the rate was weighted."""
-    from controlplane.fleet.autoscaling import observe
-
-    live = {"num_running_reqs": 1, "num_requests_per_s": 2.0, "prompt_tokens_per_s": 30.0,
-            "generation_tokens_per_s": 20.0}
-    pool_id = make_pool(settings, metrics=live)
     now = T0 + dt.timedelta(minutes=2, seconds=30)
-    with session_scope(settings) as s:
-        pool = s.get(Pool, pool_id)
-        pool.variant.output_token_weight = 4.0
-        tenant = Tenant(name=f"t-{uuid.uuid4().hex[:6]}")
-        s.add(tenant)
-        s.flush()
-        s.add(UsageMinute(tenant_id=tenant.id, variant_id=pool.variant_id, minute=T0 + dt.timedelta(minutes=1),
-                          requests=60, prompt_tokens=600, completion_tokens=300))
-        s.flush()
-        seen = observe(s, pool, now)
+    pool_id, seen = observe_with_usage(settings, [(T0 + dt.timedelta(minutes=1), 600, 300)], now,
+                                       output_token_weight=4.0)
     # (600 + 4 × 300) / 60 s and 30 + 4 × 20: not the plain sums (15 and 50 tok/s).
     assert list(seen.obs.token_rate_history) == [((T0 + dt.timedelta(minutes=2)).timestamp(), 30.0),
                                                  (now.timestamp(), 110.0)]
@@ -245,6 +242,7 @@ def test_generated_tokens_weigh_what_the_profile_says_in_history_live_rate_and_d
         decision = s.scalars(select(AutoscalerDecision).where(AutoscalerDecision.pool_id == pool_id)).one()
         assert decision.signals["output_token_weight"] == 4.0
         assert decision.signals["token_rate"] == 110.0
+
 
 # ---------------------------------------------------------------- scheduled capacity
 WEEKDAYS_9_TO_18 = [{"days": ["mon", "tue", "wed", "thu", "fri"], "start": "09:00", "end": "18:00",
