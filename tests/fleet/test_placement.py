@@ -283,6 +283,21 @@ def test_gpu_type_by_tokens_per_dollar(l4_tps, h100_tps, expected):
     assert len(plan.placed) == 2
 
 
+def test_a_mass_launch_of_many_small_pools_fills_whole_nodes():
+    # 500 pools of three 1-GPU replicas and 100 pools of five pairs: 2500 GPUs, packed as two
+    # kinds (not 600 pools), onto 312 full 8-GPU nodes and one 4-GPU node for the last 4 GPUs
+    needs = [PoolNeed(f"p{i:04d}", 1, 80, missing_on_demand=3) for i in range(500)]
+    needs += [PoolNeed(f"tp{i:03d}", 2, 80, gpu_types=("h100",), missing_on_demand=5) for i in range(100)]
+    plan = plan_placement(needs, [], [H100_1, H100_4, H100_8, offer("g6.xlarge", "l4", 1, 0.80)])
+    assert Counter(n.offer.instance_type for n in plan.launches) == {"p5.48xlarge": 312, "h100x4": 1}
+    assert launch_cost(plan) == pytest.approx(312 * 55.04 + 28.00)
+    assert Counter(p.pool_id for p in plan.placed) == {n.pool_id: n.missing_on_demand for n in needs}
+    assert plan.unplaced == ()
+    assert_no_gpu_twice(plan)
+    # the pairs sit on aligned blocks
+    assert all(p.gpu_ids[0] % 2 == 0 and p.gpu_ids[1] == p.gpu_ids[0] + 1 for p in plan.placed if len(p.gpu_ids) == 2)
+
+
 def test_free_slots_come_before_new_nodes_and_the_rest_launches():
     n1 = node("n1", replicas=tuple(rep(f"r{g}", "x", g) for g in range(6)))
     plan = plan_placement([PoolNeed("p", 1, 80, missing_on_demand=3)], [n1], [H100_1, H100_8])
