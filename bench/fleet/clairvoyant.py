@@ -45,6 +45,7 @@ class Bound:
     intervals: int = 0
     solved: int = 0  # distinct demand vectors solved
     samples: list[tuple[tuple, dict]] = field(default_factory=list)  # (demand key, replicas per (pool, type))
+    gpu_h_by_pool_type: dict[str, float] = field(default_factory=dict)  # "<pool>@<GPU type>" -> GPU-hours held
 
 
 def _solve(demand: Mapping[str, float], variants: Mapping[str, Variant], caps: Mapping[str, Mapping[str, Capacity]],
@@ -118,8 +119,11 @@ def lower_bound(arrivals: Mapping[str, np.ndarray], dt: float, first_step: int, 
             memo[key_t] = _solve(dict(zip(pools, key_t, strict=True)), variants, caps, offers)
             if len(bound.samples) < 400 and len(memo) % 7 == 1:
                 bound.samples.append((key_t, memo[key_t][3]))
-        c, billed, allocated, _ = memo[key_t]
+        c, billed, allocated, replicas = memo[key_t]
         h = hours * span / INTERVAL_S
+        for (p, t), k in replicas.items():
+            key_pt = f"{p}@{t}"
+            bound.gpu_h_by_pool_type[key_pt] = bound.gpu_h_by_pool_type.get(key_pt, 0.0) + k * variants[p].gpus * h
         bound.cost += c * h
         bound.billed_gpu_h += billed * h
         bound.allocated_gpu_h += allocated * h

@@ -33,6 +33,7 @@ from bench.fleet.fluid import PoolQueue
 from bench.fleet.load import arrival_counts, make_load
 from bench.fleet.models import FLEETS, fleet_variants
 from bench.fleet.profiles import capacities
+from controlplane.autoscaler.config import AutoscalerConfig
 from controlplane.fleet.capacity import ConsolidationBudget
 
 HERE = Path(__file__).resolve().parent
@@ -52,7 +53,8 @@ def _setup(catalog: str, seed: int, hours: float, load_scale: float = 1.0, fleet
 
 
 def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: float = 1.0,
-                  budget: dict | None = None, fleet: str = "default") -> dict:
+                  budget: dict | None = None, fleet: str = "default", autoscaler: dict | None = None,
+                  empty_node_ttl_s: float = sim.EMPTY_NODE_TTL_S) -> dict:
     started = time.process_time()
     offers, variants, caps, arrivals, end = _setup(catalog, seed, hours, load_scale, fleet)
     pools = [sim.PoolRun(v, caps[v.pool_id], arrivals[v.pool_id], PoolQueue(v.slo_s)) for v in variants]
@@ -60,10 +62,12 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
         factor = float(kind.split("-x")[1]) if "-x" in kind else 1.0
         contender = sim.SkyServe(pools, offers, -sim.WARMUP_S, end, qps_factor=factor)
     elif kind == "nimbus-oracle":
-        contender = sim.OracleNimbus(pools, offers, -sim.WARMUP_S, end, budget=ConsolidationBudget(**(budget or {})))
+        contender = sim.OracleNimbus(pools, offers, -sim.WARMUP_S, end, budget=ConsolidationBudget(**(budget or {})),
+                                     empty_node_ttl_s=empty_node_ttl_s)
     else:
         contender = sim.Nimbus(pools, offers, -sim.WARMUP_S, end, consolidation=kind == "nimbus",
-                               budget=ConsolidationBudget(**(budget or {})))
+                               budget=ConsolidationBudget(**(budget or {})),
+                               config=AutoscalerConfig(**(autoscaler or {})), empty_node_ttl_s=empty_node_ttl_s)
     o = contender.run()
     t = o.totals
     billed = t.billed_gpu_s / 3600
@@ -85,6 +89,9 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
                                              if contender.fleet.cold_starts[p] else None))
                   for p, d in o.per_pool.items()},
         "idle_gpu_h_by_fill": {k: v / 3600 for k, v in sorted(t.idle_gpu_s.items(), key=lambda kv: -kv[1])},
+        "idle_cost": dict(t.idle_cost), "type_premium": dict(t.type_premium),
+        "ready_over_demand": {p.pool_id: (t.ready_qps_s[p.pool_id] / p.queue.requests if p.queue.requests else None)
+                              for p in pools},
         "cpu_s": time.process_time() - started,
     }
     if kind.startswith("skyserve"):
@@ -103,7 +110,7 @@ def run_bound(catalog: str, seed: int, hours: float, load_scale: float = 1.0, fl
     return {
         "name": "clairvoyant", "cost": b.cost, "billed_gpu_h": b.billed_gpu_h, "allocated_gpu_h": b.allocated_gpu_h,
         "fragmentation": 1 - b.allocated_gpu_h / b.billed_gpu_h if b.billed_gpu_h else 0.0,
-        "intervals": b.intervals, "distinct_demands": b.solved,
+        "intervals": b.intervals, "distinct_demands": b.solved, "gpu_h_by_pool_type": b.gpu_h_by_pool_type,
         "exact_check": {"sampled": sampled, "equal_to_exact_min_cost": equal, "worst_gap": worst},
         "cpu_s": time.process_time() - started,
     }
@@ -157,6 +164,21 @@ def render(results: dict, catalog: str, seed: int) -> tuple[str, dict[str, bool]
         f"{n}: loading {results[n]['held_cost'].get('loading', 0):,.0f}, serving "
         f"{results[n]['held_cost'].get('serving', 0):,.0f}, draining {results[n]['held_cost'].get('draining', 0):,.0f}"
         f", unallocated {results[n]['fragmentation_cost']:,.0f}" for n in names))
+    for n in [*names, *(d for d in DIAGNOSTICS if d in results)]:
+        r = results[n]
+        if r.get("idle_cost") is None or n == "skyserve":
+            continue
+        held = r["held_cost"]
+        main = [p for p in r["pools"] if not p.startswith("tail-")]
+        lines.append(
+            f"{n}: decomposition ($): unallocated " + ", ".join(
+                f"{k} {v:,.0f}" for k, v in sorted(r["idle_cost"].items(), key=lambda kv: -kv[1]) if k != "floor")
+            + f" (the shapes' packing floor: {r['idle_cost'].get('floor', 0):,.0f})"
+            + f"; loading {held.get('loading', 0):,.0f} (moves' copies {held.get('loading-move', 0):,.0f})"
+            + f", draining {held.get('draining', 0):,.0f} (moves' originals {held.get('draining-move', 0):,.0f})"
+            + f"; GPU-type premium over each pool's cheapest $/req/s {sum(r['type_premium'].values()):,.0f}"
+            + "; ready capacity / demand " + ", ".join(
+                f"{p} {r['ready_over_demand'][p]:.2f}" for p in main if r["ready_over_demand"].get(p)))
     for n in names:
         idle = results[n].get("idle_gpu_h_by_fill", {})
         if idle:
@@ -207,8 +229,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--load-scale", type=float, default=1.0, help="multiply the main pools' request rates")
     p.add_argument("--fleet", choices=FLEETS, default="default",
                    help="h100: pools that accept an H100 accept only H100s (see models.fleet_variants)")
-    p.add_argument("--underused-fraction", type=float, help="consolidation budget override (default 0.5)")
+    p.add_argument("--underused-fraction", type=float, help="consolidation budget override (default 1.0)")
     p.add_argument("--nodes-in-flight", type=int, help="consolidation budget override (default 1)")
+    p.add_argument("--settle", type=float, help="consolidation budget override: settle_s (default 300)")
+    p.add_argument("--moves-per-pool", type=int, help="consolidation budget override (default 1)")
+    p.add_argument("--autoscaler", action="append", default=[], metavar="FIELD=VALUE",
+                   help="bench-only AutoscalerConfig override for nimbus rows (the headroom's sensitivity)")
+    p.add_argument("--empty-node-ttl", type=float, help=f"empty-node TTL, s (default {sim.EMPTY_NODE_TTL_S:g})")
     p.add_argument("--json", help="where to write the results (default bench/fleet/results-<catalog>.json)")
     p.add_argument("--recalibrate", action="store_true", help="measure the replica capacities again")
     p.add_argument("--scale", action="store_true", help="time one fleet tick on 10k nodes / 50k replicas instead")
@@ -231,7 +258,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {v.pool_id:<18} {v.model} {v.quantization or 'bf16'} x{v.gpus} {v.kind:<13} " + ", ".join(
             f"{g} {c.qps:.2f}" for g, c in caps[v.pool_id].items()))
     budget = {k: v for k, v in (("underused_fraction", args.underused_fraction),
-                                ("max_nodes_in_flight", args.nodes_in_flight)) if v is not None}
+                                ("max_nodes_in_flight", args.nodes_in_flight), ("settle_s", args.settle),
+                                ("max_moves_per_pool", args.moves_per_pool)) if v is not None}
+    autoscaler = {}
+    for item in args.autoscaler:
+        key, _, value = item.partition("=")
+        autoscaler[key] = float(value)
+    ttl = sim.EMPTY_NODE_TTL_S if args.empty_node_ttl is None else args.empty_node_ttl
     kinds = args.only or [*CONTENDERS, *([] if args.no_oracle else DIAGNOSTICS), "clairvoyant"]
     kinds += [f"skyserve-x{f:g}" for f in args.skyserve_headroom]
     results: dict[str, dict] = {}
@@ -239,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         futures = {k: (pool.submit(run_bound, args.catalog, args.seed, args.hours, args.load_scale, args.fleet)
                        if k == "clairvoyant" else
                        pool.submit(run_contender, k, args.catalog, args.seed, args.hours, args.load_scale, budget,
-                                   args.fleet))
+                                   args.fleet, autoscaler, ttl))
                    for k in kinds}
         for k, f in futures.items():
             results[k] = f.result()
@@ -252,11 +285,13 @@ def main(argv: list[str] | None = None) -> int:
             print(r["name"], f"${r['cost']:,.0f}", f"{r['billed_gpu_h']:.1f} GPU-h billed")
     print(f"({time.time() - started:.0f} s)")
     suffix = "" if args.seed == 1 else f"-seed{args.seed}"
-    if args.load_scale != 1.0 or budget or args.hours != 24.0 or args.fleet != "default":
+    if (args.load_scale != 1.0 or budget or args.hours != 24.0 or args.fleet != "default" or autoscaler
+            or args.empty_node_ttl is not None):
         suffix += "-variant"
     path = Path(args.json) if args.json else HERE / f"results-{args.catalog}{suffix}.json"
     path.write_text(json.dumps({"catalog": args.catalog, "seed": args.seed, "hours": args.hours,
                                 "load_scale": args.load_scale, "fleet": args.fleet, "budget": budget,
+                                "autoscaler": autoscaler, "empty_node_ttl_s": ttl,
                                 "code": code_version(),
                                 "checks": checks, "results": results}, indent=1, sort_keys=True))
     return 0

@@ -49,6 +49,9 @@ WARMUP_S = 3600.0
 BOOT_S = 120.0
 DRAIN_S = 20.0  # a stopped replica finishes its in-flight requests, then frees its GPUs
 EMPTY_NODE_TTL_S = 60.0  # controlplane.config.Settings.empty_node_ttl_s
+# reconcile.emptied_by_consolidation: a node a consolidation emptied is released at once (False: the
+# behaviour before it, for comparisons)
+RELEASE_CONSOLIDATED = True
 MAX_RUNNING = 128  # bench.autoscale.engine.ReplicaProfile.max_running_requests
 # Tokens per request of the mix (prompt + output): the token-rate history and the KV gauge.
 MEAN_TOKENS = poisson_trace(MIX, 50.0, 2000.0, 7).mean_tokens()
@@ -65,6 +68,7 @@ class Node:
     released_at: float | None = None
     empty_since: float | None = None
     underused_since: float | None = None
+    consolidated_at: float | None = None  # when a consolidation began emptying it
     replicas: dict[str, Replica] = field(default_factory=dict)
 
     def used_gpus(self) -> int:
@@ -84,6 +88,7 @@ class Replica:
     state: str = "starting"  # starting | ready | stopping | ended
     replaces: str | None = None  # a move's copy, while its original still serves
     moving: bool = False  # the original of a move in flight
+    move_copy: bool = False  # placed as a move's copy (kept after the move is over: the accounting)
     stop_at: float | None = None
     stopped_at: float | None = None  # when it was told to stop
 
@@ -112,6 +117,16 @@ class Totals:
     pool_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # GPUs held, $ per pool
     # GPU-seconds no replica holds, by node fill ("<GPUs held>/<GPUs>", "empty/<GPUs>")
     idle_gpu_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # $ of the GPUs no replica holds, by why: "empty" (waiting out the empty-node TTL), "empty-consolidated"
+    # (the same, for a node a consolidation emptied), "booting" (a node not ready yet), "emptying" (a
+    # consolidation source), "partial" (the rest); "floor" (not a part of the sum): the share of all of
+    # it that no packing of the same replicas on the same shapes avoids
+    idle_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # $ replicas held above what the same capacity (req/s × time) costs on the pool's cheapest GPU
+    # type per req/s (price per GPU of the cheapest offer of each type): the GPU-type choice
+    type_premium: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # ready capacity (req/s × s) and requests per pool: ready capacity over demand = the headroom
+    ready_qps_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
 
 class Fleet:
@@ -123,6 +138,7 @@ class Fleet:
         self.totals = Totals()
         self.ready_samples: dict[str, list[float]] = defaultdict(list)
         self.cold_starts: dict[str, list[float]] = defaultdict(list)  # placed -> ready, replicas ready in the day
+        self.best_per_qps: dict[str, float] = {}  # pool -> cheapest $/h per req/s of capacity (set by the contender)
         self._ids = 0
 
     def _id(self, prefix: str) -> str:
@@ -143,11 +159,12 @@ class Fleet:
               copies: int = 1, replaces: str | None = None) -> Replica:
         begin = max(t, node.ready_at)
         r = Replica(self._id("r"), pool_id, node, tuple(gpu_ids), cap, copies, t, begin + cap.model_ready_s,
-                    replaces=replaces)
+                    replaces=replaces, move_copy=replaces is not None)
         assert not set(r.gpu_ids) & {g for x in node.replicas.values() for g in x.gpu_ids}, "GPU handed out twice"
         assert max(r.gpu_ids) < node.offer.gpu_count
         node.replicas[r.replica_id] = r
         node.empty_since = None
+        node.consolidated_at = None  # a node that takes a replica again is not on its way out
         self.replicas[r.replica_id] = r
         self.by_pool[pool_id][r.replica_id] = r
         if t >= self.start:
@@ -174,7 +191,14 @@ class Fleet:
         stopped = at if r.stopped_at is None else min(r.stopped_at, at)
         for phase, a, b in (("loading", r.placed_at, ready), ("serving", ready, stopped), ("draining", stopped, at)):
             self.totals.held_cost[phase] += self._window(a, b) * per_gpu_s
+            # the same split for consolidation moves: a copy loading, an original draining after its move
+            if (phase == "loading" and r.move_copy) or (phase == "draining" and r.moving):
+                self.totals.held_cost[f"{phase}-move"] += self._window(a, b) * per_gpu_s
         self.totals.pool_cost[r.pool_id] += held / len(r.gpu_ids) * per_gpu_s
+        best = self.best_per_qps.get(r.pool_id)
+        if best is not None:
+            served = self._window(r.placed_at, at)
+            self.totals.type_premium[r.pool_id] += served * (per_gpu_s - best * r.copies * r.cap.qps / 3600)
         r.state = "ended"
         del r.node.replicas[r.replica_id]
         del self.replicas[r.replica_id]
@@ -221,12 +245,24 @@ class Fleet:
         if t < self.start:
             return
         gpus = 0
+        by_offer: dict[int, list] = {}
         for n in self.nodes.values():
             total = n.offer.gpu_count
             gpus += total
             used = n.used_gpus()
+            entry = by_offer.setdefault(id(n.offer), [n.offer, 0])
+            entry[1] += used
             if used < total:
                 self.totals.idle_gpu_s[f"{used if n.replicas else 'empty'}/{total}"] += (total - used) * dt
+                if not n.replicas:
+                    why = "empty" if n.consolidated_at is None else "empty-consolidated"
+                else:
+                    why = ("booting" if n.ready_at > t else "emptying" if any(r.moving for r in n.replicas.values())
+                           else "partial")
+                self.totals.idle_cost[why] += (total - used) * dt * n.offer.price_per_gpu_hour / 3600
+        # the floor no packing of these replicas on these shapes avoids: per shape, whole nodes for its GPUs held
+        for o, used in by_offer.values():
+            self.totals.idle_cost["floor"] += (-used % o.gpu_count) * dt * o.price_per_gpu_hour / 3600
         self.totals.peak_nodes = max(self.totals.peak_nodes, len(self.nodes))
         self.totals.peak_gpus = max(self.totals.peak_gpus, gpus)
 
@@ -279,6 +315,12 @@ class Contender:
         self.offers = list(offers)
         self.fleet = Fleet(0.0, end)
         self.start, self.end = start, end
+        for p in pools:  # the GPU-type premium's reference: the cheapest $/h per req/s of each pool
+            per_qps = [o.price_per_gpu_hour * p.variant.gpus / c.qps for g, c in p.caps.items()
+                       for o in self.offers if o.gpu_type == g and not o.spot and o.zones
+                       and o.gpu_count >= p.variant.gpus]
+            if per_qps:
+                self.fleet.best_per_qps[p.pool_id] = min(per_qps)
 
     # -- gauges
     def signals(self, pool: PoolRun, t: float) -> tuple[ReplicaSignal, ...]:
@@ -324,6 +366,8 @@ class Contender:
                     entry = by_type.setdefault(r.gpu_type, [0, r.cap])
                     entry[0] += r.copies
             res = pool.queue.step(t, DT, n, [(k, c) for k, c in by_type.values()])
+            if t >= self.fleet.start:
+                self.fleet.totals.ready_qps_s[pool.pool_id] += DT * sum(k * c.qps for k, c in by_type.values())
             pool.utilization = res.utilization
             if n:
                 pool.last_request_at = t + DT
@@ -361,12 +405,14 @@ class Nimbus(Contender):
     the TTL, underused nodes timed and handed to ``plan_consolidation`` (when enabled)."""
 
     def __init__(self, pools, offers, start, end, *, consolidation: bool = True,
-                 budget: ConsolidationBudget | None = None):
+                 budget: ConsolidationBudget | None = None, config: AutoscalerConfig | None = None,
+                 empty_node_ttl_s: float = EMPTY_NODE_TTL_S):
         super().__init__(pools, offers, start, end)
         self.consolidation = consolidation
         self.name = "nimbus" if consolidation else "nimbus-no-consol"
         self.budget = budget or ConsolidationBudget()
-        self.config = AutoscalerConfig()
+        self.config = config or AutoscalerConfig()  # bench-only overrides measure the headroom's cost
+        self.empty_node_ttl_s = empty_node_ttl_s
         for p in self.pools.values():
             p.state = AutoscalerState()
 
@@ -443,7 +489,9 @@ class Nimbus(Contender):
             node.underused_since = None
             if node.empty_since is None:
                 node.empty_since = t
-            if t - node.empty_since >= EMPTY_NODE_TTL_S:
+            # reconcile.emptied_by_consolidation: a node a consolidation emptied goes at once
+            if t - node.empty_since >= self.empty_node_ttl_s or (RELEASE_CONSOLIDATED and
+                                                                 node.consolidated_at is not None):
                 fleet.release(node, t)
         if self.consolidation:
             self.consolidate(t, frozenset(scaling_up))
@@ -474,6 +522,7 @@ class Nimbus(Contender):
                 original.moving = True
                 if t >= 0:
                     fleet.totals.migrations += 1
+            fleet.nodes[action.node_id].consolidated_at = t
             if t >= 0:
                 fleet.totals.consolidation_actions[action.kind] += 1
 
@@ -487,8 +536,9 @@ class OracleNimbus(Nimbus):
     costs (fragmentation, GPU types, cold starts) from what the autoscaler's headroom costs."""
 
     def __init__(self, pools, offers, start, end, *, lookahead_s: float = 300.0,
-                 budget: ConsolidationBudget | None = None):
-        super().__init__(pools, offers, start, end, consolidation=True, budget=budget)
+                 budget: ConsolidationBudget | None = None, empty_node_ttl_s: float = EMPTY_NODE_TTL_S):
+        super().__init__(pools, offers, start, end, consolidation=True, budget=budget,
+                         empty_node_ttl_s=empty_node_ttl_s)
         self.name = "nimbus-oracle"
         self.rates = {}
         per = round(60.0 / DT)

@@ -13,7 +13,7 @@ out against the clouds after commit. Its steps:
    missing replicas are *placed* (``fleet.placement``: free slots first, the cheapest new shapes
    for the rest); surplus ones are told to stop (replica drains, never a node drain).
 4. **Nodes**: a node that holds no replica is released after ``empty_node_ttl_s`` (at once if it
-   never launched); underused nodes are timed for consolidation.
+   never launched, or if a consolidation emptied it); underused nodes are timed for consolidation.
 5. **Consolidate** (``fleet.consolidation``): delete or replace underused nodes by moving their
    replicas make-before-break, within the disruption budgets.
 
@@ -298,6 +298,11 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
             if op := begin_termination(session, node, now, settings, reason="empty: no replica placed here"):
                 terminations.append(op)
                 result.terminated += 1
+        elif emptied_by_consolidation(node, now, settings):
+            if op := begin_termination(session, node, now, settings, reason="empty: a consolidation moved its "
+                                                                            "replicas away"):
+                terminations.append(op)
+                result.terminated += 1
 
     # 5. consolidate
     if settings.consolidation_enabled:
@@ -413,6 +418,24 @@ def _age(r: Replica, now: dt.datetime) -> float:
 
 
 # ---------------------------------------------------------------- consolidation
+def emptied_by_consolidation(node: Node, now: dt.datetime, settings: Settings) -> bool:
+    """Whether an empty node is empty because a consolidation moved its replicas away: it was
+    emptied on purpose (its replicas serve elsewhere, and placement puts nothing on a node being
+    emptied), so it goes at once instead of waiting out the empty-node TTL, which is there for
+    nodes a scale-down happened to empty. A consolidation begun longer ago than a move and its
+    drain can take (start deadline + drain timeout) no longer counts: the node has lived since.
+    Reads the node's metrics (deferred by the tick), so call it for empty nodes only."""
+    record = (node.metrics or {}).get("consolidation") or {}
+    try:
+        began = dt.datetime.fromisoformat(record["at"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    if began.tzinfo is None:
+        began = began.replace(tzinfo=dt.UTC)
+    window = settings.replica_start_deadline_s + settings.drain_timeout_s
+    return node.empty_since is not None and began <= node.empty_since and (now - began).total_seconds() <= window
+
+
 def consolidation_budget(settings: Settings) -> ConsolidationBudget:
     return ConsolidationBudget(
         settle_s=settings.consolidation_settle_s, max_moves_per_pool=settings.consolidation_moves_per_pool,

@@ -309,3 +309,32 @@ def test_delete_never_moves_a_replica_onto_a_slower_gpu_type() -> None:
     pools["q2"] = PoolNeed("q2", 1, 40)
     [action] = plan_consolidation([fast, l40s, other_h100], pools, [], NOW, BUDGET)
     assert action.kind == "delete" and {m.to_node for m in action.moves} == {"h2"}
+
+
+def test_a_node_a_consolidation_emptied_skips_the_empty_node_ttl() -> None:
+    """reconcile.emptied_by_consolidation: an empty node whose replicas a consolidation moved away
+    goes at once; the TTL is for nodes a scale-down happened to empty."""
+    import datetime as dt
+
+    from controlplane.config import Settings
+    from controlplane.fleet.reconcile import emptied_by_consolidation
+    from controlplane.models import Node
+
+    settings = Settings()
+    now = dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC)
+    began = now - dt.timedelta(seconds=200)
+
+    def empty_node(record: dict | None, empty_for_s: float = 10.0) -> Node:
+        return Node(metrics={"consolidation": record} if record is not None else {},
+                    empty_since=now - dt.timedelta(seconds=empty_for_s))
+
+    assert emptied_by_consolidation(empty_node({"at": began.isoformat(), "kind": "delete"}), now, settings)
+    assert not emptied_by_consolidation(empty_node(None), now, settings)  # a scale-down emptied it
+    assert not emptied_by_consolidation(empty_node({"kind": "delete"}), now, settings)  # no time: not ours
+    # empty since before the consolidation began (a record written later does not date its emptiness)
+    assert not emptied_by_consolidation(empty_node({"at": began.isoformat()}, empty_for_s=300), now, settings)
+    # a consolidation longer ago than a move and its drain can take: the node has lived since
+    old = now - dt.timedelta(seconds=settings.replica_start_deadline_s + settings.drain_timeout_s + 60)
+    assert not emptied_by_consolidation(empty_node({"at": old.isoformat()}, empty_for_s=10), now, settings)
+    assert emptied_by_consolidation(Node(metrics={"consolidation": {"at": began.replace(tzinfo=None).isoformat()}},
+                                         empty_since=now), now, settings)  # a naive time is UTC

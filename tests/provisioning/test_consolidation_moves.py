@@ -129,3 +129,53 @@ async def test_three_quarter_used_nodes_become_one_without_dropping_below_the_fl
         assert len(moved) == 2 and all(r.state == ReplicaState.ready for r in moved)
         originals = [s.get(Replica, r.replaces_id) for r in moved]
         assert all(o.state == ReplicaState.stopped for o in originals)
+
+
+async def test_a_node_a_consolidation_emptied_goes_without_waiting_out_the_empty_node_ttl(
+        client, admin, settings, aws, ec2, aws_template):
+    """The empty-node TTL is for nodes a scale-down happened to empty; a node a consolidation
+    emptied on purpose goes as soon as its last original stopped (bench.fleet: the TTL on those
+    nodes was about half of the empty nodes' cost)."""
+    settings = settings.model_copy(update={"empty_node_ttl_s": 3600, "consolidation_settle_s": 0,
+                                           "consolidation_enabled": False})
+    clouds = Clouds(aws=aws)
+    r = await client.post("/admin/v1/catalog/import", json=catalog(aws_template, H100_4), headers=admin)
+    assert r.status_code == 200, r.text
+    agents = AgentsByHand(client, settings)
+    pools = []
+    for name in ("a", "b"):
+        pool = await make_pool(client, admin, settings, gpu_count=1, replicas=4, name=name)
+        converge(settings, clouds)
+        await agents.obey()
+        pools.append(pool)
+    for pool in pools:
+        set_desired(settings, pool["id"], 1)
+    tick(settings)
+    await agents.obey()
+    tick(settings)
+    assert len(live_nodes(settings)) == 2
+
+    settings = settings.model_copy(update={"consolidation_enabled": True})
+    for _ in range(20):
+        result = tick(settings)
+        run_due(settings, clouds)
+        assert all(len(serving(settings)[uuid.UUID(p["id"])]) >= 1 for p in pools)
+        await agents.obey()
+        if len(live_nodes(settings)) == 1 and not result.moves:
+            break
+    converge(settings, clouds)
+    [node] = live_nodes(settings)  # the emptied one went, an hour-long TTL notwithstanding
+    assert len(live_instances(ec2, settings.cluster_name)) == 1
+    with session_scope(settings) as s:
+        gone = s.scalars(select(Node).where(Node.id != node.id)).all()
+        assert [n.state for n in gone] == [NodeState.terminated]
+        assert (gone[0].metrics or {}).get("consolidation", {}).get("kind") == "delete"
+
+    # a node a scale-down empties still waits out the TTL
+    set_desired(settings, pools[0]["id"], 0)
+    set_desired(settings, pools[1]["id"], 0)
+    tick(settings)
+    await agents.obey()
+    tick(settings)
+    run_due(settings, clouds)
+    assert [n.id for n in live_nodes(settings)] == [node.id]
