@@ -8,9 +8,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-MARKS = {"ours": ("*", "tab:red"), "ours+schedule": ("P", "tab:orange"), "ours+cost": ("D", "tab:purple"),
+MARKS = {"ours": ("*", "tab:red"), "ours+schedule": ("P", "tab:orange"), "ours-unweighted": ("D", "tab:purple"),
          "static": ("s", "tab:blue")}
-LABELS = {"ours+cost": "ours+cost (proposal)"}
+LABELS = {"ours-unweighted": "ours-unweighted (diagnostic)"}
 
 
 def miss(result) -> float:
@@ -51,10 +51,10 @@ def plot(path: str, cases: dict, results: dict) -> None:
                         default=None)
             hours = [t / 3600 for t, *_ in ours.timeline]
             ax.step(hours, [a for _, a, _, _ in ours.timeline], where="post", color="tab:red", label="ours")
-            cost = next((r for j, r in results.items() if j.case == name and j.kind == "ours+cost"), None)
+            cost = next((r for j, r in results.items() if j.case == name and j.kind == "ours-unweighted"), None)
             if cost is not None:
                 ax.step([t / 3600 for t, *_ in cost.timeline], [a for _, a, _, _ in cost.timeline], where="post",
-                        color="tab:purple", linestyle="--", label=LABELS["ours+cost"])
+                        color="tab:purple", linestyle="--", label=LABELS["ours-unweighted"])
             if match is not None:
                 j, r = match
                 ax.step([t / 3600 for t, *_ in r.timeline], [a for _, a, _, _ in r.timeline], where="post",

@@ -9,9 +9,11 @@ Steps, all seeded:
    Poisson QPS at which its p95 TTFT stays within the SLO on the trace's whole-day request mix.
    That is SkyServe's ``target_qps_per_replica`` and, times the mix's tokens per request, our
    profiled ``replica_tokens_per_s``. On the mix trace also the QPS at each point of the mix,
-   for the clairvoyant reference.
+   for the clairvoyant reference, and from those the variant's profile in weighted tokens
+   (``sizing.fit_token_profile``: tokens/s and ``output_token_weight``), which ours then uses.
 2. Run on the same trace and the same cold-start draws: ours (edge signals), ours with the
-   operator's schedule, ours fed a cost-weighted token rate (a proposal, mix trace), SkyServe's rule at target QPS = factor × calibrated for every factor of
+   operator's schedule, ours-unweighted (mix trace: the profile without its output weight, a
+   diagnostic), SkyServe's rule at target QPS = factor × calibrated for every factor of
    the sweep (extended below 0.5 until its attainment brackets ours), and a static pool.
 3. (a)/(b): SkyServe's GPU-hours interpolated on its GPU-hours vs SLO-attainment frontier at our
    attainment; (c) the predictable ramps served with no request waiting on missing capacity,
@@ -39,7 +41,7 @@ from bench.autoscale.sizing import (
     calibrate_qps,
     capacity_curve,
     clairvoyant_gpu_hours,
-    fit_cost_model,
+    fit_token_profile,
     grid_shapes,
     interpolate,
     interpolate_value,
@@ -58,7 +60,7 @@ from controlplane.autoscaler.baselines import (
 )
 from controlplane.autoscaler.config import AutoscalerConfig
 from controlplane.autoscaler.policy import decide, prewarm_horizon
-from controlplane.autoscaler.signals import AutoscalerState, PoolObservation, PoolSpec
+from controlplane.autoscaler.signals import AutoscalerState, PoolObservation, PoolSpec, weighted_tokens
 
 SWEEP = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 TARGETS = {"day": 0.8, "mix": 0.7}  # ours ≤ this × SkyServe's GPU-hours at equal SLO attainment
@@ -85,15 +87,16 @@ class Case:
     schedule: list[dict]
     static_replicas: int
     bounds: dict[str, float] = field(default_factory=dict)
-    # Replica-seconds per request = a + b × prompt + c × output, fitted to the mix grid (mixed
-    # traces only): the profile behind the "ours+cost" proposal row.
-    cost_model: tuple[float, float, float] | None = None
+    # The variant's profile as the control plane holds it (mixed traces only; a fixed mix needs
+    # no weight): weighted tokens/s one replica serves and what a generated token weighs
+    # (``ModelVariant.profiled_tokens_per_s`` / ``output_token_weight``), fitted to the mix grid.
+    token_profile: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
 class Job:
     case: str
-    kind: str  # ours | ours+schedule | ours+cost (a proposal, see the README) | skyserve | static
+    kind: str  # ours | ours+schedule | ours-unweighted (diagnostic) | skyserve | static
     factor: float | None = None  # SkyServe's target QPS as a share of the calibrated one
 
     @property
@@ -115,23 +118,25 @@ def scheduled_decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerStat
     return decide(spec, obs, state, config)
 
 
-def pool_spec(args: argparse.Namespace, case: Case) -> PoolSpec:
+def weighted(job: Job, case: Case) -> bool:
+    """Whether the policy sees the token rate weighted by the variant's profile, as the executor
+    gives it once ``output_token_weight`` is set; ours-unweighted shows what it costs without."""
+    return case.token_profile is not None and job.kind in ("ours", "ours+schedule")
+
+
+def pool_spec(args: argparse.Namespace, case: Case, job: Job) -> PoolSpec:
+    tokens_per_s = case.token_profile[0] if weighted(job, case) else case.qps * case.tokens_per_request
     return PoolSpec(
         pool_id="bench", kind=args.kind, min_replicas=args.min_replicas, max_replicas=args.max_replicas,
         ttft_slo_s=args.slo, idle_timeout_s=args.idle_timeout, gpus_per_replica=args.tp,
-        replica_tokens_per_s=case.qps * case.tokens_per_request,
+        replica_tokens_per_s=tokens_per_s,
     )
 
 
-COST_UNIT = 10_000.0  # "tokens" per replica-second in the cost-weighted rate of ours+cost
-
-
 def runner_for(job: Job, case: Case, args: argparse.Namespace) -> tuple[PolicyRunner, PoolSpec]:
-    spec = pool_spec(args, case)
+    spec = pool_spec(args, case, job)
     config = AutoscalerConfig()
-    if job.kind == "ours+cost":
-        spec = replace(spec, replica_tokens_per_s=COST_UNIT)
-    if job.kind in ("ours", "ours+cost"):
+    if job.kind in ("ours", "ours-unweighted"):
         return PolicyRunner(job.label, partial(decide, config=config), AutoscalerState(), config.decision_interval_s,
                             edge_signals=True), spec
     if job.kind == "ours+schedule":
@@ -154,12 +159,10 @@ def run_job(job: Job, case: Case, args: argparse.Namespace) -> tuple[Job, Result
     profile = profile_of(args)
     runner, spec = runner_for(job, case, args)
     sim = PoolSimulation(trace, profile, spec, seed=case.seed)
-    if job.kind == "ours+cost":
-        # The policy as it is, fed a token rate in which each request weighs what it costs a
-        # replica (the proposal: separate prompt and output token rates, profiled separately).
-        assert case.cost_model is not None
-        a, b, c = case.cost_model
-        sim.token_cost = [COST_UNIT * (a + b * p + c * o) for p, o in zip(trace.prompts, trace.outputs, strict=True)]
+    if weighted(job, case):
+        # The engines count prompt and generated tokens apart; the executor weighs them.
+        weight = case.token_profile[1]
+        sim.token_cost = [weighted_tokens(p, o, weight) for p, o in zip(trace.prompts, trace.outputs, strict=True)]
     return job, sim.run(runner, case.ramps, case.pooled_need)
 
 
@@ -204,7 +207,7 @@ def setup(name: str, args: argparse.Namespace, pool: ProcessPoolExecutor, hours:
         schedule=operator_schedule(one_day, args.max_replicas), static_replicas=int(exact.max()),
         bounds={"clairvoyant": clairvoyant_gpu_hours(exact, args.tp),
                 f"clairvoyant x{POOLING:g}": clairvoyant_gpu_hours(pooled, args.tp)},
-        cost_model=fit_cost_model(grid_shapes(shape), grid) if shape.mixed else None,
+        token_profile=fit_token_profile(grid_shapes(shape), grid) if shape.mixed else None,
     )
     return case, calibration
 
@@ -236,8 +239,8 @@ def equal_slo(results: dict[Job, Result], case: str, slo: float) -> tuple[float 
     return gpu_hours, flaps
 
 
-OURS = ("ours", "ours+schedule", "ours+cost")
-LABELS = {"ours+cost": "ours+cost (proposal)"}
+OURS = ("ours", "ours+schedule", "ours-unweighted")
+LABELS = {"ours-unweighted": "ours-unweighted (diagnostic)"}
 
 
 def label(kind: str) -> str:
@@ -405,8 +408,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="SkyServe's target QPS as shares of the calibrated one")
     p.add_argument("--ramp-days", type=int, default=3, help="days of the ramp runs (0: skip them)")
     p.add_argument("--no-schedule", action="store_true", help="skip ours with the operator's schedule")
-    p.add_argument("--no-proposal", dest="proposal", action="store_false",
-                   help="skip ours+cost: the policy fed a cost-weighted token rate (README, proposals)")
+    p.add_argument("--no-unweighted", dest="unweighted", action="store_false",
+                   help="skip ours-unweighted: the policy on mixed traces without the profile's output weight")
     p.add_argument("--slo", type=float, default=2.0, help="TTFT SLO in seconds")
     p.add_argument("--model", default="llama-3.1-70b")
     p.add_argument("--gpu", default="h100")
@@ -450,11 +453,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             cases[name], calibrations[name] = setup(name, args, pool, args.hours)
         kinds = ["ours"] + ([] if args.no_schedule else ["ours+schedule"]) + ["static"]
-        if args.proposal:
-            kinds.insert(1, "ours+cost")
+        if args.unweighted:
+            kinds.insert(1, "ours-unweighted")
 
         def wanted(name: str, kind: str) -> bool:
-            return kind != "ours+cost" or cases[name].cost_model is not None
+            return kind != "ours-unweighted" or cases[name].token_profile is not None
 
         jobs = [Job(name, kind) for name in names for kind in kinds if wanted(name, kind)]
         jobs += [Job(name, "skyserve", f) for name in names for f in factors]
@@ -494,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dump({
                 "cases": {n: {"qps": c.qps, "tokens_per_request": c.tokens_per_request, "bounds": c.bounds,
                               "schedule": c.schedule, "static_replicas": c.static_replicas,
-                              "cost_model": c.cost_model} for n, c in cases.items()},
+                              "token_profile": c.token_profile} for n, c in cases.items()},
                 "results": [{"case": j.case, "policy": j.label, "factor": j.factor,
                              **{k: v for k, v in asdict(r).items() if k not in ("timeline", "decisions")}}
                             for j, r in results.items()],

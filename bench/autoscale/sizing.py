@@ -140,11 +140,15 @@ def operator_schedule(predictable: np.ndarray, max_replicas: int) -> list[dict]:
     return windows
 
 
-def fit_cost_model(shapes: Sequence[tuple[tuple[float, float], TraceShape]], calibrated: dict,
-                   seed: int = 7) -> tuple[float, float, float] | None:
-    """Seconds of one replica per request as a + b × prompt tokens + c × output tokens, fitted
-    (non-negative least squares) to the calibrated QPS over the mix grid: the profile a policy
-    would need to weigh prompt and output tokens by what they cost. None for a fixed mix."""
+def fit_token_profile(shapes: Sequence[tuple[tuple[float, float], TraceShape]], calibrated: dict,
+                      seed: int = 7) -> tuple[float, float] | None:
+    """A variant's profile in the control plane's terms, from the calibrations over the mix grid:
+    (weighted tokens/s one replica serves inside the SLO, ``output_token_weight``).
+
+    A replica's seconds per request are fitted (non-negative least squares, no intercept: the
+    profile has no per-request term) as b × prompt + c × output tokens; then one prompt token
+    is 1/b of a replica-second's work and a generated token weighs c/b of them. None for a
+    fixed mix, where the weight cannot be told from the capacity."""
     if len(shapes) < 3:
         return None
     from scipy.optimize import nnls
@@ -152,10 +156,10 @@ def fit_cost_model(shapes: Sequence[tuple[tuple[float, float], TraceShape]], cal
     rows, costs = [], []
     for factors, shape in shapes:
         sample = poisson_trace(shape, 10.0, 5000.0, seed)
-        rows.append([1.0, float(np.mean(sample.prompts)), float(np.mean(sample.outputs))])
+        rows.append([float(np.mean(sample.prompts)), float(np.mean(sample.outputs))])
         costs.append(1 / calibrated[factors])
-    coef, _ = nnls(np.array(rows), np.array(costs))
-    return float(coef[0]), float(coef[1]), float(coef[2])
+    (b, c), _ = nnls(np.array(rows), np.array(costs))
+    return 1 / b, c / b
 
 
 def frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
