@@ -90,6 +90,7 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
                   for p, d in o.per_pool.items()},
         "idle_gpu_h_by_fill": {k: v / 3600 for k, v in sorted(t.idle_gpu_s.items(), key=lambda kv: -kv[1])},
         "idle_cost": dict(t.idle_cost), "type_premium": dict(t.type_premium),
+        "idle_gpu_h_by_cause": {k: v / 3600 for k, v in t.idle_gpu_s_by_cause.items()},
         "ready_over_demand": {p.pool_id: (t.ready_qps_s[p.pool_id] / p.queue.requests if p.queue.requests else None)
                               for p in pools},
         "cpu_s": time.process_time() - started,
@@ -173,7 +174,8 @@ def render(results: dict, catalog: str, seed: int) -> tuple[str, dict[str, bool]
         lines.append(
             f"{n}: decomposition ($): unallocated " + ", ".join(
                 f"{k} {v:,.0f}" for k, v in sorted(r["idle_cost"].items(), key=lambda kv: -kv[1]) if k != "floor")
-            + f" (the shapes' packing floor: {r['idle_cost'].get('floor', 0):,.0f})"
+            + f" (the shapes' packing floor: {r['idle_cost'].get('floor', 0):,.0f}; in GPU-h: " + ", ".join(
+                f"{k} {v:.1f}" for k, v in sorted(r["idle_gpu_h_by_cause"].items(), key=lambda kv: -kv[1])) + ")"
             + f"; loading {held.get('loading', 0):,.0f} (moves' copies {held.get('loading-move', 0):,.0f})"
             + f", draining {held.get('draining', 0):,.0f} (moves' originals {held.get('draining-move', 0):,.0f})"
             + f"; GPU-type premium over each pool's cheapest $/req/s {sum(r['type_premium'].values()):,.0f}"

@@ -122,6 +122,7 @@ class Totals:
     # consolidation source), "partial" (the rest); "floor" (not a part of the sum): the share of all of
     # it that no packing of the same replicas on the same shapes avoids
     idle_cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    idle_gpu_s_by_cause: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # the same in GPU-s
     # $ replicas held above what the same capacity (req/s × time) costs on the pool's cheapest GPU
     # type per req/s (price per GPU of the cheapest offer of each type): the GPU-type choice
     type_premium: dict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -260,9 +261,11 @@ class Fleet:
                     why = ("booting" if n.ready_at > t else "emptying" if any(r.moving for r in n.replicas.values())
                            else "partial")
                 self.totals.idle_cost[why] += (total - used) * dt * n.offer.price_per_gpu_hour / 3600
+                self.totals.idle_gpu_s_by_cause[why] += (total - used) * dt
         # the floor no packing of these replicas on these shapes avoids: per shape, whole nodes for its GPUs held
         for o, used in by_offer.values():
             self.totals.idle_cost["floor"] += (-used % o.gpu_count) * dt * o.price_per_gpu_hour / 3600
+            self.totals.idle_gpu_s_by_cause["floor"] += (-used % o.gpu_count) * dt
         self.totals.peak_nodes = max(self.totals.peak_nodes, len(self.nodes))
         self.totals.peak_gpus = max(self.totals.peak_gpus, gpus)
 
