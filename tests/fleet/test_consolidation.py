@@ -122,13 +122,35 @@ def test_replace_onto_a_cheaper_smaller_offer():
     assert a.reason.startswith("replace: its 1 replica fit on one h100x1")
 
 
-def test_replace_never_costs_a_pool_profiled_throughput():
+def test_replace_onto_a_slower_type_only_when_it_carries_the_throughput_for_less():
+    """A replica may move to a slower GPU type only when that type's nodes carry the pool's
+    profiled throughput (as many replicas as it takes) for less than the node: the savings count
+    all of them, the move is one for one (the autoscaler adds the rest)."""
     lone = node("big", underused_since=SETTLED, replicas=(rep("r", "p", 3),))
-    slow = offer("g6.xlarge", "l4", 1, 0.80)
     pools = {"p": PoolNeed("p", 1, 16, tokens_per_s={"h100": 5000.0, "l4": 900.0})}
-    assert plan_consolidation([lone], pools, [slow], NOW, BUDGET) == []
-    pools = {"p": PoolNeed("p", 1, 16)}  # no profile: any type with the memory will do
-    assert [a.kind for a in plan_consolidation([lone], pools, [slow], NOW, BUDGET)] == ["replace"]
+    # 5000 / 900 tokens/s: 6 L4 replicas carry one H100 replica; 6 × $9.50 > $55.04: no
+    dear = offer("g6.xlarge", "l4", 1, 9.50)
+    assert plan_consolidation([lone], pools, [dear], NOW, BUDGET) == []
+    # 6 × $0.80 = $4.80 < $55.04: yes, saving $55.04 - $4.80 (not $55.04 - $0.80)
+    slow = offer("g6.xlarge", "l4", 1, 0.80)
+    [a] = plan_consolidation([lone], pools, [slow], NOW, BUDGET)
+    assert a.kind == "replace" and a.new_node is not None and a.new_node.offer.gpu_type == "l4"
+    assert a.savings_per_hour == pytest.approx(55.04 - 6 * 0.80)
+    assert [(m.replica_id, m.gpu_ids) for m in a.moves] == [("r", (0,))]
+    assert "counting the l4 replicas that carry its pools' throughput" in a.reason
+    # on 4-GPU nodes of that type the 6 replicas need 2 nodes: 2 × $3.60 counted
+    slow4 = offer("g6.12xlarge", "l4", 4, 3.60)
+    [a] = plan_consolidation([lone], pools, [slow4], NOW, BUDGET)
+    assert a.savings_per_hour == pytest.approx(55.04 - 2 * 3.60)
+    # a faster-or-equal type saves the price difference, and wins over a slower one that saves less
+    h100_1 = offer("h100x1", "h100", 1, 7.20)
+    [a] = plan_consolidation([lone], pools, [dear, h100_1], NOW, BUDGET)
+    assert a.new_node.offer.instance_type == "h100x1" and a.savings_per_hour == pytest.approx(55.04 - 7.20)
+    [a] = plan_consolidation([lone], pools, [slow, h100_1], NOW, BUDGET)
+    assert a.new_node.offer.gpu_type == "l4"  # $50.24/h saved against $47.84
+    pools = {"p": PoolNeed("p", 1, 16)}  # no profile: any type with the memory will do, at its price
+    [a] = plan_consolidation([lone], pools, [dear], NOW, BUDGET)
+    assert a.kind == "replace" and a.savings_per_hour == pytest.approx(55.04 - 9.50)
 
 
 def test_delete_is_preferred_to_replace():
