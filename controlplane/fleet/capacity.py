@@ -174,3 +174,11 @@ class ConsolidationBudget:
     # A node using less than this share of its GPUs is a candidate. 1.0: every node with a free GPU,
     # as in Karpenter (whose utilization threshold went away); the score decides whether a move pays.
     underused_fraction: float = 1.0
+    # A replace onto a slower GPU type (see consolidation._try_replace) may take at most this share
+    # of a pool's profiled throughput away until the replicas its autoscaler adds for it are ready.
+    # 1.0: no cap; the autoscaler's headroom absorbs the dip. bench.fleet (sample seeds 1-3 + fine
+    # seed 1, nimbus): 1.0 -> fragmentation 7.9-8.6 % on sample, SLO as without slower replaces;
+    # 0.35 -> 8.9-10.6 %; 0.1 -> no slower replace happens (10.2-10.5 %). With no headroom at all
+    # (the nimbus-oracle diagnostic) 1.0 costs an 8B pool 7.6 SLO points on seed 1 (0.35: 0.5 on
+    # seed 1, 2.7 points of the whole day on seed 2): lower it for pools run without headroom.
+    max_slower_dip: float = 1.0

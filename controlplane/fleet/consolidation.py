@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 
 from controlplane.fleet.capacity import (
@@ -122,8 +122,8 @@ def _equivalent_cost(node: NodeSlots, pools: Mapping[str, PoolNeed], offer: Offe
     return math.ceil(gpus / offer.gpu_count) * offer.price_per_hour
 
 
-def _try_replace(node: NodeSlots, pools: Mapping[str, PoolNeed], offers: Sequence[Offer]
-                 ) -> tuple[NewNode, list[Move], float] | None:
+def _try_replace(node: NodeSlots, pools: Mapping[str, PoolNeed], offers: Sequence[Offer],
+                 pool_tps: Mapping[str, float], max_dip: float) -> tuple[NewNode, list[Move], float] | None:
     """All replicas of ``node`` on one new node of the compatible offer that saves the most, and
     the savings ($/h).
 
@@ -133,7 +133,9 @@ def _try_replace(node: NodeSlots, pools: Mapping[str, PoolNeed], offers: Sequenc
     the savings are counted against all of them. The move itself is one for one (make-before-
     break, onto one new node); the pool's autoscaler sees its replicas' lower profiled
     throughput and adds the replicas that make up for it, which placement puts into the new
-    node's free slots first. (bench.fleet, sample catalog, where H100s only come as 8-GPU
+    node's free slots first. Until those are ready the pool serves with less: the move may take
+    at most ``max_dip`` of a pool's profiled throughput (``pool_tps``: all its replicas') away.
+    (bench.fleet, sample catalog, where H100s only come as 8-GPU
     nodes: an H100 node left with a few 8B replicas goes for a 4×L40S one; seeds 1-3,
     fragmentation 10.3-10.9 % -> 7.9-8.6 % of billed GPU-hours, cost -0.4 %, SLO +0.1 pt.)"""
     pool_ids = sorted({r.pool_id for r in node.replicas})
@@ -157,6 +159,14 @@ def _try_replace(node: NodeSlots, pools: Mapping[str, PoolNeed], offers: Sequenc
                 break
         if not zones:
             continue
+        if slower:
+            lost: dict[str, float] = {}
+            for r in node.replicas:
+                need = pools[r.pool_id]
+                lost[r.pool_id] = lost.get(r.pool_id, 0.0) + max(
+                    0.0, tokens_per_s(need, node.gpu_type) - tokens_per_s(need, offer.gpu_type))
+            if any(loss > max_dip * pool_tps.get(p, 0.0) + _TINY for p, loss in lost.items()):
+                continue
         mask = (1 << offer.gpu_count) - 1
         key = f"replace-{node.node_id}"
         moves: list[Move] = []
@@ -239,6 +249,13 @@ def plan_consolidation(nodes: Sequence[NodeSlots], pools: Mapping[str, PoolNeed]
     # move in flight: a node whose replicas are moving may be the source of one, on its way out.
     slots = FreeSlots(n for n in nodes if n.launched and n.ready and not any(r.moving for r in n.replicas))
     spreading = {r.pool_id for n in by_id.values() for r in n.replicas if pools[r.pool_id].spread_zones}
+    # each pool's profiled throughput over its ready replicas (what a slower replace may dent)
+    candidate_pools = {r.pool_id for n in by_id.values() for r in n.replicas}
+    pool_tps: dict[str, float] = defaultdict(float)
+    for n in nodes:
+        for r in n.replicas:
+            if r.ready and r.pool_id in candidate_pools:
+                pool_tps[r.pool_id] += tokens_per_s(pools[r.pool_id], n.gpu_type)
     zone_counts = zone_counts_of(nodes, spreading)
     planned: Counter = Counter()
     receivers: set[str] = set()  # took replicas in this plan: emptying them would move those twice
@@ -257,7 +274,7 @@ def plan_consolidation(nodes: Sequence[NodeSlots], pools: Mapping[str, PoolNeed]
         if stage == 0:
             moves = _try_delete(node, pools, slots, zone_counts)
             if moves is None:
-                got = _try_replace(node, pools, offers)
+                got = _try_replace(node, pools, offers, pool_tps, budget.max_slower_dip)
                 if got is not None:
                     heapq.heappush(heap, (-_score(got[2], disruption, budget), nid, 1, got))
                 continue

@@ -125,28 +125,37 @@ def test_replace_onto_a_cheaper_smaller_offer():
 def test_replace_onto_a_slower_type_only_when_it_carries_the_throughput_for_less():
     """A replica may move to a slower GPU type only when that type's nodes carry the pool's
     profiled throughput (as many replicas as it takes) for less than the node: the savings count
-    all of them, the move is one for one (the autoscaler adds the rest)."""
+    all of them, the move is one for one (the autoscaler adds the rest), and it may dent a pool's
+    throughput by at most ``max_slower_dip`` until those are ready."""
     lone = node("big", underused_since=SETTLED, replicas=(rep("r", "p", 3),))
+    # the pool's other 8 replicas fill a node of their own: the move takes 4100 of 45000 tokens/s (9 %)
+    full = node("full", replicas=tuple(rep(f"p{g}", "p", g) for g in range(8)))
     pools = {"p": PoolNeed("p", 1, 16, tokens_per_s={"h100": 5000.0, "l4": 900.0})}
     # 5000 / 900 tokens/s: 6 L4 replicas carry one H100 replica; 6 × $9.50 > $55.04: no
     dear = offer("g6.xlarge", "l4", 1, 9.50)
-    assert plan_consolidation([lone], pools, [dear], NOW, BUDGET) == []
+    assert plan_consolidation([lone, full], pools, [dear], NOW, BUDGET) == []
     # 6 × $0.80 = $4.80 < $55.04: yes, saving $55.04 - $4.80 (not $55.04 - $0.80)
     slow = offer("g6.xlarge", "l4", 1, 0.80)
-    [a] = plan_consolidation([lone], pools, [slow], NOW, BUDGET)
+    # with a dip budget of 10 %, not for a pool whose only replica that is (it would lose 82 % of its
+    # throughput until the replicas its autoscaler adds are ready); by default (no cap) it may
+    capped = dataclasses.replace(BUDGET, max_slower_dip=0.1)
+    assert plan_consolidation([lone], pools, [slow], NOW, capped) == []
+    assert plan_consolidation([lone], pools, [slow], NOW, BUDGET)
+    assert plan_consolidation([lone, full], pools, [slow], NOW, capped)  # 9 % of the pool's 45000
+    [a] = plan_consolidation([lone, full], pools, [slow], NOW, BUDGET)
     assert a.kind == "replace" and a.new_node is not None and a.new_node.offer.gpu_type == "l4"
     assert a.savings_per_hour == pytest.approx(55.04 - 6 * 0.80)
     assert [(m.replica_id, m.gpu_ids) for m in a.moves] == [("r", (0,))]
     assert "counting the l4 replicas that carry its pools' throughput" in a.reason
     # on 4-GPU nodes of that type the 6 replicas need 2 nodes: 2 × $3.60 counted
     slow4 = offer("g6.12xlarge", "l4", 4, 3.60)
-    [a] = plan_consolidation([lone], pools, [slow4], NOW, BUDGET)
+    [a] = plan_consolidation([lone, full], pools, [slow4], NOW, BUDGET)
     assert a.savings_per_hour == pytest.approx(55.04 - 2 * 3.60)
     # a faster-or-equal type saves the price difference, and wins over a slower one that saves less
     h100_1 = offer("h100x1", "h100", 1, 7.20)
-    [a] = plan_consolidation([lone], pools, [dear, h100_1], NOW, BUDGET)
+    [a] = plan_consolidation([lone, full], pools, [dear, h100_1], NOW, BUDGET)
     assert a.new_node.offer.instance_type == "h100x1" and a.savings_per_hour == pytest.approx(55.04 - 7.20)
-    [a] = plan_consolidation([lone], pools, [slow, h100_1], NOW, BUDGET)
+    [a] = plan_consolidation([lone, full], pools, [slow, h100_1], NOW, BUDGET)
     assert a.new_node.offer.gpu_type == "l4"  # $50.24/h saved against $47.84
     pools = {"p": PoolNeed("p", 1, 16)}  # no profile: any type with the memory will do, at its price
     [a] = plan_consolidation([lone], pools, [dear], NOW, BUDGET)
