@@ -177,7 +177,8 @@ class ConsolidationBudget:
     # A replace onto a slower GPU type (see consolidation._try_replace) may take at most this share
     # of a pool's profiled throughput away until the replicas its autoscaler adds for it are ready.
     # 1.0: no cap; the autoscaler's headroom absorbs the dip. bench.fleet (sample seeds 1-3 + fine
-    # seed 1, nimbus): 1.0 -> fragmentation 7.9-8.6 % on sample, SLO as without slower replaces;
+    # seed 1, nimbus): 1.0 -> fragmentation 7.9-8.6 % on sample, SLO as without slower replaces
+    # (at half the load 0.9 points lower);
     # 0.35 -> 8.9-10.6 %; 0.1 -> no slower replace happens (10.2-10.5 %). With no headroom at all
     # (the nimbus-oracle diagnostic) 1.0 costs an 8B pool 7.6 SLO points on seed 1 (0.35: 0.5 on
     # seed 1, 2.7 points of the whole day on seed 2): lower it for pools run without headroom.
