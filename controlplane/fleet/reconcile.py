@@ -294,15 +294,14 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
         if node.empty_since is None:
             node.empty_since = now
         never_launched = node.state in (S.pending, S.provisioning) and node.instance_id is None
+        reason = None
         if never_launched or (now - node.empty_since).total_seconds() >= settings.empty_node_ttl_s:
-            if op := begin_termination(session, node, now, settings, reason="empty: no replica placed here"):
-                terminations.append(op)
-                result.terminated += 1
+            reason = "empty: no replica placed here"
         elif emptied_by_consolidation(node, now, settings):
-            if op := begin_termination(session, node, now, settings, reason="empty: a consolidation moved its "
-                                                                            "replicas away"):
-                terminations.append(op)
-                result.terminated += 1
+            reason = "empty: a consolidation moved its replicas away"
+        if reason and (op := begin_termination(session, node, now, settings, reason=reason)):
+            terminations.append(op)
+            result.terminated += 1
 
     # 5. consolidate
     if settings.consolidation_enabled:

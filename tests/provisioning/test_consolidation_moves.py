@@ -82,16 +82,14 @@ def live_nodes(settings) -> list[Node]:
                                                                  NodeState.booting, NodeState.ready]))))
 
 
-async def test_three_quarter_used_nodes_become_one_without_dropping_below_the_floor(
-        client, admin, settings, aws, ec2, aws_template):
-    settings = settings.model_copy(update={"empty_node_ttl_s": 0, "consolidation_settle_s": 0,
-                                           "consolidation_enabled": False})
-    clouds = Clouds(aws=aws)
+async def shrunk_pools(client, admin, settings, clouds: Clouds, agents: AgentsByHand, aws_template,
+                       names: tuple[str, ...]) -> list[dict]:
+    """One pool per name, each filling a 4-GPU node of its own and then shrunk to one replica:
+    as many nodes as pools, each a quarter used, consolidation still off."""
     r = await client.post("/admin/v1/catalog/import", json=catalog(aws_template, H100_4), headers=admin)
     assert r.status_code == 200, r.text
-    agents = AgentsByHand(client, settings)
     pools = []
-    for name in ("a", "b", "c"):  # each fills a 4-GPU node of its own, then shrinks to one replica
+    for name in names:
         pool = await make_pool(client, admin, settings, gpu_count=1, replicas=4, name=name)
         converge(settings, clouds)
         await agents.obey()
@@ -101,7 +99,17 @@ async def test_three_quarter_used_nodes_become_one_without_dropping_below_the_fl
     tick(settings)
     await agents.obey()  # the surplus drains and stops
     tick(settings)
-    assert len(live_nodes(settings)) == 3
+    assert len(live_nodes(settings)) == len(names)
+    return pools
+
+
+async def test_three_quarter_used_nodes_become_one_without_dropping_below_the_floor(
+        client, admin, settings, aws, ec2, aws_template):
+    settings = settings.model_copy(update={"empty_node_ttl_s": 0, "consolidation_settle_s": 0,
+                                           "consolidation_enabled": False})
+    clouds = Clouds(aws=aws)
+    agents = AgentsByHand(client, settings)
+    pools = await shrunk_pools(client, admin, settings, clouds, agents, aws_template, ("a", "b", "c"))
     assert {len(v) for v in serving(settings).values()} == {1}
 
     settings = settings.model_copy(update={"consolidation_enabled": True})
@@ -139,21 +147,8 @@ async def test_a_node_a_consolidation_emptied_goes_without_waiting_out_the_empty
     settings = settings.model_copy(update={"empty_node_ttl_s": 3600, "consolidation_settle_s": 0,
                                            "consolidation_enabled": False})
     clouds = Clouds(aws=aws)
-    r = await client.post("/admin/v1/catalog/import", json=catalog(aws_template, H100_4), headers=admin)
-    assert r.status_code == 200, r.text
     agents = AgentsByHand(client, settings)
-    pools = []
-    for name in ("a", "b"):
-        pool = await make_pool(client, admin, settings, gpu_count=1, replicas=4, name=name)
-        converge(settings, clouds)
-        await agents.obey()
-        pools.append(pool)
-    for pool in pools:
-        set_desired(settings, pool["id"], 1)
-    tick(settings)
-    await agents.obey()
-    tick(settings)
-    assert len(live_nodes(settings)) == 2
+    pools = await shrunk_pools(client, admin, settings, clouds, agents, aws_template, ("a", "b"))
 
     settings = settings.model_copy(update={"consolidation_enabled": True})
     for _ in range(20):
