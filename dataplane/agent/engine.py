@@ -268,9 +268,13 @@ class Supervisor:
             info = resp.json() if resp.status_code == 200 else {}
         except (httpx.HTTPError, ValueError):
             info = {}
-        # SGLang reports the computed capacity as max_total_num_tokens next to the server args.
+        # SGLang reports the computed capacity as max_total_num_tokens next to the server args. Its
+        # max_running_requests server arg is null unless the flag was given; the cap the scheduler
+        # computed is each DP rank's internal_states[].effective_max_running_requests_per_dp.
         r.max_total_tokens = info.get("max_total_num_tokens") or info.get("max_total_tokens") or None
-        r.max_running_requests = info.get("max_running_requests") or None
+        states = info.get("internal_states") or [{}]
+        per_dp = states[0].get("effective_max_running_requests_per_dp") if isinstance(states[0], dict) else None
+        r.max_running_requests = info.get("max_running_requests") or per_dp or None
 
     async def _wait_exit(self) -> None:
         r = self.replica

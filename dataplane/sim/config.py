@@ -31,8 +31,11 @@ class SimConfig:
     tp_size: int = 1
     dp_size: int = 1
     mem_fraction_static: float = 0.88
-    max_running_requests: int = 2048
-    max_total_tokens: int = 0
+    max_running_requests: int = 2048  # effective cap (SGLang's scheduler computes it when not given)
+    max_total_tokens: int = 0  # effective KV pool size in tokens (SGLang's max_total_num_tokens)
+    max_queued_requests: int | None = None  # SGLang: None = unbounded queue
+    enable_priority_scheduling: bool = False  # SGLang: the ``priority`` field is ignored without it
+    schedule_low_priority_values_first: bool = False
     schedule_policy: str = "fcfs"
     chunked_prefill_size: int = 8192
     max_prefill_tokens: int = 16384
@@ -61,6 +64,10 @@ class SimConfig:
     fault_refuse: bool = False
     gpu_ids: list[int] = field(default_factory=list)  # physical indices: --gpu-ids, else CUDA_VISIBLE_DEVICES
     ignored_flags: list[str] = field(default_factory=list)
+    # The values as passed on the command line: SGLang's /get_server_info reports server args as
+    # given (None when not set); the effective caps appear elsewhere (see server_args()).
+    max_running_requests_arg: int | None = None
+    max_total_tokens_arg: int | None = None
 
     def server_args(self) -> dict:
         """What ``/get_server_info`` reports: SGLang's server-args keys, plus ``sim_*`` extras."""
@@ -73,9 +80,12 @@ class SimConfig:
             "tp_size": self.tp_size,
             "dp_size": self.dp_size,
             "mem_fraction_static": self.mem_fraction_static,
-            "max_running_requests": self.max_running_requests,
-            "max_total_tokens": self.max_total_tokens,
+            "max_running_requests": self.max_running_requests_arg,
+            "max_queued_requests": self.max_queued_requests,
+            "max_total_tokens": self.max_total_tokens_arg,
             "schedule_policy": self.schedule_policy,
+            "enable_priority_scheduling": self.enable_priority_scheduling,
+            "schedule_low_priority_values_first": self.schedule_low_priority_values_first,
             "chunked_prefill_size": self.chunked_prefill_size,
             "max_prefill_tokens": self.max_prefill_tokens,
             "disable_radix_cache": self.disable_radix_cache,
@@ -112,8 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
     s.add_argument("--mem-fraction-static", type=float)
     s.add_argument("--max-running-requests", type=int)
+    s.add_argument("--max-queued-requests", type=int)
     s.add_argument("--max-total-tokens", type=int)
     s.add_argument("--schedule-policy", default="fcfs")
+    s.add_argument("--enable-priority-scheduling", action="store_true")
+    s.add_argument("--schedule-low-priority-values-first", action="store_true")
     s.add_argument("--chunked-prefill-size", type=int)
     s.add_argument("--max-prefill-tokens", type=int, default=16384)
     s.add_argument("--disable-radix-cache", action="store_true")
@@ -238,6 +251,11 @@ def parse_config(argv: list[str] | None = None, warn=None,
         mem_fraction_static=mem_fraction,
         max_running_requests=max(1, max_running),
         max_total_tokens=capacity,
+        max_queued_requests=args.max_queued_requests if args.max_queued_requests else None,
+        enable_priority_scheduling=args.enable_priority_scheduling,
+        schedule_low_priority_values_first=args.schedule_low_priority_values_first,
+        max_running_requests_arg=args.max_running_requests,
+        max_total_tokens_arg=args.max_total_tokens,
         schedule_policy=policy,
         chunked_prefill_size=args.chunked_prefill_size or _default_chunked_prefill(gpu),
         max_prefill_tokens=args.max_prefill_tokens,

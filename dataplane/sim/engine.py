@@ -86,7 +86,11 @@ class LagStats:
 
 
 class RequestError(ValueError):
-    """A request SGLang would reject with 400 before scheduling it."""
+    """A request SGLang would reject before scheduling it (400 unless ``status`` says otherwise)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(eq=False)
@@ -113,6 +117,8 @@ class SimRequest:
     last_token_at: float | None = None
     finished_at: float | None = None
     aborted: bool = False
+    log_metrics: bool = True  # False for health probes (SGLang sends them with log_metrics=False)
+    priority: int = 0
     event: asyncio.Event = field(default_factory=asyncio.Event)
     # Called synchronously at every new token and at the end; the HTTP layer writes the
     # stream's next event from here, with no coroutine wake-up per token. Without a
@@ -165,8 +171,14 @@ class SimEngine:
         self._tp_window: tuple[float, int] = (0.0, 0)
         self._decode_steps = 0
         self.crash_requested = False
+        self.tokens_out = 0
         self.retractions = 0
+        self.retracted_last_step = 0  # SGLang's num_retracted_reqs gauge: retracted by the last decode step
         self.lag = LagStats()
+        # Progress: bumped by every step that produced output. /health_generate waits on it, the way
+        # SGLang's health check waits for any output the tokenizer manager receives.
+        self.progress = 0
+        self._progress_waiters: list[asyncio.Future] = []
 
     # -- clock -------------------------------------------------------------------------------
     def _scaled_clock(self) -> float:
@@ -186,6 +198,8 @@ class SimEngine:
         ignore_eos: bool = False,
         rid: str | None = None,
         request_seed: int | None = None,
+        priority: int | None = None,
+        log_metrics: bool = True,
     ) -> SimRequest:
         """Validate like SGLang's tokenizer manager and queue the request."""
         context = self.config.context_length
@@ -207,6 +221,10 @@ class SimEngine:
             )
         if len(prompt_ids) + 1 > self.capacity:
             raise RequestError(f"The input ({len(prompt_ids)} tokens) does not fit the KV cache ({self.capacity}).")
+        limit_q = self.config.max_queued_requests
+        if limit_q is not None and log_metrics and len(self.waiting) >= limit_q:
+            # SGLang's scheduler aborts a request past --max-queued-requests with 503.
+            raise RequestError("The request queue is full.", status=503)
         stream = tokenizer.OutputStream(self.config.seed, prompt_ids, request_seed)
         natural = stream.natural_length(self.config.eos_min_tokens, self.config.eos_max_tokens)
         req = SimRequest(
@@ -219,8 +237,11 @@ class SimEngine:
             ignore_eos=ignore_eos,
             natural_length=natural,
             stream=stream,
+            log_metrics=log_metrics,
+            priority=priority if priority is not None and self.config.enable_priority_scheduling else 0,
         )
-        self.metrics.num_requests += 1
+        if log_metrics:
+            self.metrics.num_requests += 1
         self.waiting.append(req)
         self._wake.set()
         return req
@@ -289,8 +310,26 @@ class SimEngine:
             return self._plan_decode()
         return None
 
+    # -- progress ----------------------------------------------------------------------------
+    def wait_progress(self) -> asyncio.Future:
+        """A future resolved by the next step that produces output (any request's token)."""
+        future = asyncio.get_running_loop().create_future()
+        self._progress_waiters.append(future)
+        return future
+
+    def _made_progress(self) -> None:
+        self.progress += 1
+        waiters, self._progress_waiters = self._progress_waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(self.progress)
+
     def _ordered_waiting(self) -> list[SimRequest]:
         queue = list(self.waiting)
+        if self.config.enable_priority_scheduling:
+            # SGLang: larger values first unless --schedule-low-priority-values-first; stable within a value.
+            sign = 1 if self.config.schedule_low_priority_values_first else -1
+            queue.sort(key=lambda r: sign * r.priority)
         if self.config.schedule_policy == "lpm" and self.radix.enabled and len(queue) <= LPM_FALLBACK_QUEUE:
             prefix = {id(r): self.radix.match_prefix(r.tokens())[0] for r in queue}
             queue.sort(key=lambda r: -prefix[id(r)])  # stable: ties keep arrival order
@@ -335,7 +374,8 @@ class SimEngine:
                 req.cached_tokens = matched
             if req.admitted_at is None:
                 req.admitted_at = self.now()
-                self.metrics.queue.observe(req.admitted_at - req.arrival)
+                if req.log_metrics:
+                    self.metrics.queue.observe(req.admitted_at - req.arrival)
             chunks.append((req, take))
             budget -= take
             reserve += out_reserve
@@ -365,12 +405,15 @@ class SimEngine:
     def _retract(self, needed: int) -> None:
         """Out of KV mid-decode: send the youngest requests back to the queue, keeping output."""
         victims = sorted(self.running, key=lambda r: (len(r.output_ids), -len(r.prompt_ids)))
+        retracted = 0
         while victims and len(self.running) > 1 and not self._ensure_free(len(self.running)):
             req = victims.pop(0)
             self.running.remove(req)
             self._release(req)
             self.waiting.appendleft(req)
             self.retractions += 1
+            retracted += 1
+        self.retracted_last_step = retracted
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         del needed
 
@@ -386,10 +429,13 @@ class SimEngine:
 
     # -- applying a step ---------------------------------------------------------------------
     def complete(self, step: Step, now: float) -> None:
+        produced = self.tokens_out
         if step.kind == "prefill":
             self._complete_prefill(step, now)
         else:
             self._complete_decode(step, now)
+        if self.tokens_out != produced:
+            self._made_progress()
 
     def _complete_prefill(self, step: Step, now: float) -> None:
         new_tokens = cached = 0
@@ -411,8 +457,9 @@ class SimEngine:
                 self.chunked = None
             self.running.append(req)
             if not req.output_ids:  # a retracted request already streamed its first token
-                self.metrics.prompt_tokens += len(req.prompt_ids)
-                self.metrics.cached_tokens += req.cached_tokens
+                if req.log_metrics:
+                    self.metrics.prompt_tokens += len(req.prompt_ids)
+                    self.metrics.cached_tokens += req.cached_tokens
                 self._emit_token(req, now)
         total = new_tokens + cached
         self.last_cache_hit_rate = cached / total if total else 0.0
@@ -432,6 +479,7 @@ class SimEngine:
             self._tp_window = (now, self.metrics.generation_tokens)
 
     def _emit_token(self, req: SimRequest, now: float) -> None:
+        self.tokens_out += 1  # every output event, health probes included (progress for /health_generate)
         if req.max_new_tokens == 0:
             self._finish_running(req, {"type": "length", "length": 0}, now)
             return
@@ -441,11 +489,13 @@ class SimEngine:
         req.output_ids.append(token)
         piece = tokenizer.token_text(token)
         req.pieces.append(piece)
-        self.metrics.generation_tokens += 1
+        if req.log_metrics:
+            self.metrics.generation_tokens += 1
         if req.first_token_at is None:
             req.first_token_at = now
-            self.metrics.ttft.observe(now - req.arrival)
-        else:
+            if req.log_metrics:
+                self.metrics.ttft.observe(now - req.arrival)
+        elif req.log_metrics:
             self.metrics.itl.observe(now - (req.last_token_at or now))
         req.last_token_at = now
         reason = self._finish_reason(req, token, piece)
@@ -493,8 +543,11 @@ class SimEngine:
     def _finish(self, req: SimRequest, reason: dict, now: float) -> None:
         req.finish_reason = reason
         req.finished_at = now
-        if reason["type"] != "abort":
-            self.metrics.e2e.observe(now - req.arrival)
+        if req.log_metrics:
+            if reason["type"] != "abort":
+                self.metrics.e2e.observe(now - req.arrival)
+            else:
+                self.metrics.aborted += 1
         self._notify(req)
 
     # -- maintenance -------------------------------------------------------------------------
@@ -504,6 +557,7 @@ class SimEngine:
         return self.radix.reset()
 
     def gauges(self) -> dict[str, tuple[str, float]]:
+        self.metrics.retracted = self.retractions
         used = self.used_tokens()
         return {
             "num_running_reqs": ("The number of running requests.", len(self.running)),
@@ -513,7 +567,7 @@ class SimEngine:
             "gen_throughput": ("The generation throughput (token/s).", self.last_gen_throughput),
             "cache_hit_rate": ("The prefix cache hit rate.", self.last_cache_hit_rate),
             "max_total_num_tokens": ("Maximum total number of tokens in the KV cache pool.", self.capacity),
-            "max_running_requests": ("Maximum running requests.", self.config.max_running_requests),
+            "num_retracted_reqs": ("The number of retracted requests.", self.retracted_last_step),
         }
 
     # -- real-time driver --------------------------------------------------------------------

@@ -12,12 +12,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
-# Bucket bounds as SGLang's collector declares them (seconds).
-TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 120, 160)
+# Bucket bounds as SGLang's collector declares them (seconds); python/sglang/srt/metrics/collector.py,
+# TokenizerMetricsCollector / SchedulerMetricsCollector defaults (see dataplane/sim/CONFORMANCE.md).
+TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060,
                0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0)
-E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 150, 200, 250, 300, 350,
-               500, 1000)
+E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800,
+               2400)
 QUEUE_BUCKETS = (0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300,
                  400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000)
 
@@ -58,6 +59,8 @@ class SimMetrics:
         self.generation_tokens = 0
         self.cached_tokens = 0
         self.num_requests = 0
+        self.aborted = 0
+        self.retracted = 0  # set from the engine at render time
         self.ttft = Histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               TTFT_BUCKETS)
         self.itl = Histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
@@ -76,6 +79,8 @@ class SimMetrics:
             ("generation_tokens", "Number of generation tokens processed.", self.generation_tokens),
             ("cached_tokens", "Number of cached prompt tokens.", self.cached_tokens),
             ("num_requests", "Number of requests processed.", self.num_requests),
+            ("num_aborted_requests", "Number of requests aborted.", self.aborted),
+            ("num_retracted_requests", "Total number of retracted requests.", self.retracted),
         ):
             lines += [f"# HELP sglang:{name}_total {help_text}", f"# TYPE sglang:{name}_total counter",
                       f"sglang:{name}_total{{{self.label}}} {float(value)}"]

@@ -17,6 +17,16 @@ class BadRequest(ValueError):
     pass
 
 
+class ValidationFailed(BadRequest):
+    """A field of the wrong type: SGLang's FastAPI/pydantic layer rejects it before any handler runs,
+    with 400 and the flat ErrorResponse whose ``type`` is ``"Bad Request"``."""
+
+
+class InternalError(Exception):
+    """What SGLang answers 500 to: its native ``/generate`` only turns ValueErrors into 400, and a
+    sampling parameter of the wrong shape raises a TypeError while SamplingParams is built."""
+
+
 @dataclass
 class GenerationSpec:
     """What the engine needs for one request, whichever API it came through."""
@@ -27,6 +37,7 @@ class GenerationSpec:
     stop_token_ids: frozenset[int] = frozenset()
     ignore_eos: bool = False
     seed: int | None = None
+    priority: int | None = None
 
 
 def _stop_list(value) -> tuple[str, ...]:
@@ -37,6 +48,38 @@ def _stop_list(value) -> tuple[str, ...]:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(v for v in value if v)
     raise BadRequest("stop must be a string or a list of strings")
+
+
+def _native_stop_token_ids(value) -> frozenset[int]:
+    """``sampling_params.stop_token_ids`` on /generate: SGLang builds a set from it, so a value that
+    is not iterable (or holds non-integers) fails inside the engine, not in validation."""
+    if not value:
+        return frozenset()
+    try:
+        return frozenset(int(t) for t in value if t is not None)
+    except (TypeError, ValueError) as exc:
+        raise InternalError(f"stop_token_ids: {exc}") from exc
+
+
+def _openai_stop_token_ids(value) -> frozenset[int]:
+    """``stop_token_ids`` on the OpenAI endpoints is typed ``Optional[List[int]]`` in SGLang's protocol
+    models, so pydantic rejects anything else with a 400."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise ValidationFailed(f"stop_token_ids: Input should be a valid list of integers, got {value!r}")
+    return frozenset(value)
+
+
+def priority_field(body: dict) -> int | None:
+    """``priority`` (native and OpenAI): an integer or null; the engine ignores it unless
+    ``--enable-priority-scheduling``."""
+    value = body.get("priority")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationFailed(f"priority: Input should be a valid integer, got {value!r}")
+    return value
 
 
 def _int_or_none(value, name: str) -> int | None:
@@ -68,10 +111,13 @@ def parse_generate(body: dict) -> list[GenerationSpec]:
             raise BadRequest("input_ids must be a list of integers or a list of such lists")
     max_new = _int_or_none(params.get("max_new_tokens", 128), "max_new_tokens")
     stop = _stop_list(params.get("stop"))
-    stop_ids = frozenset(params.get("stop_token_ids") or ())
+    stop_ids = _native_stop_token_ids(params.get("stop_token_ids"))
     ignore_eos = bool(params.get("ignore_eos", False))
     seed = _int_or_none(params.get("sampling_seed"), "sampling_seed")
-    return [GenerationSpec(p, max_new, stop, stop_ids, ignore_eos, seed) for p in prompts]
+    priority = priority_field(body)
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise ValidationFailed(f"stream: Input should be a valid boolean, got {body['stream']!r}")
+    return [GenerationSpec(p, max_new, stop, stop_ids, ignore_eos, seed, priority) for p in prompts]
 
 
 def is_batch(body: dict) -> bool:
@@ -129,9 +175,10 @@ def parse_openai(body: dict, chat: bool) -> tuple[GenerationSpec, dict]:
         prompt_ids=prompt_ids,
         max_new_tokens=max_new,
         stop=_stop_list(body.get("stop")),
-        stop_token_ids=frozenset(body.get("stop_token_ids") or ()),
+        stop_token_ids=_openai_stop_token_ids(body.get("stop_token_ids")),
         ignore_eos=bool(body.get("ignore_eos", False)),
         seed=_int_or_none(body.get("seed"), "seed"),
+        priority=priority_field(body),
     )
     return spec, echo
 
@@ -213,7 +260,8 @@ def openai_usage_chunk(cid: str, model: str, chat: bool, created: int, req: SimR
 
 
 def openai_error(message: str, status: int, err_type: str = "BadRequestError") -> dict:
-    """SGLang's OpenAI adapters answer errors with this flat ErrorResponse body."""
+    """SGLang's OpenAI adapters answer errors with this flat ErrorResponse body (``type`` is
+    ``BadRequestError`` from a handler, ``"Bad Request"`` from request validation)."""
     return {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
 
 

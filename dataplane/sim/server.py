@@ -4,6 +4,12 @@ Readiness and draining follow SGLang: ``/health`` is 503 while the model "loads"
 draining; generation endpoints answer 503 then too. A client that disconnects aborts its
 request in the engine (its KV is released, the radix cache keeps what was computed).
 
+``/health_generate`` is SGLang's: healthy as soon as the engine produces any output after the
+check began. A busy engine gets no probe request at all (SGLang's scheduler drops a health
+check while it has running work, so a full KV cache cannot starve it); an idle one runs a
+one-token generation that counts in no metric. See ``CONFORMANCE.md`` for every behaviour and
+where in SGLang's source it was read.
+
 Streams are driven by the engine: each stream registers a listener on its request, and the
 scheduler step that produces a token calls it, which writes the SSE event to the socket.
 """
@@ -149,7 +155,8 @@ class SimServer:
 
     def _submit(self, spec: protocol.GenerationSpec, rid: str | None = None) -> SimRequest:
         return self.engine.new_request(
-            spec.prompt_ids, spec.max_new_tokens, spec.stop, spec.stop_token_ids, spec.ignore_eos, rid, spec.seed
+            spec.prompt_ids, spec.max_new_tokens, spec.stop, spec.stop_token_ids, spec.ignore_eos, rid, spec.seed,
+            priority=spec.priority,
         )
 
     def _abort_on_disconnect(self, req: http.Request, sims: list[SimRequest]) -> None:
@@ -194,7 +201,17 @@ class SimServer:
                 raise protocol.BadRequest("Streaming a batch of prompts is not supported by the simulator.")
             rid = data.get("rid") if isinstance(data.get("rid"), str) and len(specs) == 1 else None
             sims = [self._submit(spec, rid) for spec in specs]
-        except (protocol.BadRequest, RequestError) as exc:
+        except protocol.ValidationFailed as exc:  # FastAPI's request validation: 400, flat ErrorResponse
+            req.json(400, protocol.openai_error(str(exc), 400, "Bad Request"))
+            return
+        except protocol.InternalError as exc:  # SGLang: a TypeError outside its ValueError handler
+            log.error("generate failed: %s", exc)
+            req.send(500, b"Internal Server Error")
+            return
+        except RequestError as exc:
+            req.json(exc.status, {"error": {"message": str(exc)}})
+            return
+        except protocol.BadRequest as exc:
             req.json(400, {"error": {"message": str(exc)}})
             return
         self._abort_on_disconnect(req, sims)
@@ -216,18 +233,26 @@ class SimServer:
         req.send(200 if healthy else 503, b"")
 
     async def health_generate(self, req: http.Request) -> None:
-        """A real one-token generation through the scheduler, as SGLang does it."""
+        """Healthy once the engine makes progress after the check began (SGLang's semantics): any
+        token of any request counts. Idle, a one-token probe (no metrics) makes that progress; busy,
+        no probe is queued, so a saturated engine that is still decoding answers within a step."""
         if not self.ready or self.draining or self.faults.health != "ok":
             req.send(503, b"")
             return
-        sim = self.engine.new_request([1, 2, 3], 1, ignore_eos=True)
+        engine = self.engine
+        progress = engine.wait_progress()
+        probe = None
+        if not (engine.running or engine.chunked):
+            probe = engine.new_request([0], 1, ignore_eos=True, rid=f"HEALTH_CHECK_{time.time()}", log_metrics=False)
+        waiters = {progress} | ({self._when_done([probe])} if probe is not None else set())
         try:
-            await asyncio.wait_for(self._when_done([sim]), HEALTH_GENERATE_TIMEOUT_S)
-        except TimeoutError:
-            self.engine.abort(sim)
-            req.send(503, b"")
-            return
-        req.send(200, b"")
+            done, _ = await asyncio.wait(waiters, timeout=HEALTH_GENERATE_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            if probe is not None and not probe.done:
+                engine.abort(probe)  # answered by other progress first: the probe's slot is not needed
+        req.send(200 if done and not self.draining else 503, b"")
 
     async def model_info(self, req: http.Request) -> None:
         req.json(200, {
@@ -243,16 +268,24 @@ class SimServer:
         })
 
     async def server_info(self, req: http.Request) -> None:
+        """SGLang's shape: the server args as given (``max_running_requests`` and ``max_total_tokens``
+        are null unless passed), the scheduler's info at top level (``max_total_num_tokens``,
+        ``max_req_input_len``), and one ``internal_states`` entry per DP rank with the effective
+        running-request cap (``effective_max_running_requests_per_dp``)."""
         engine, config = self.engine, self.config
         weights_gb = timing.weight_bytes(config.model, config.quantization) / config.tp_size / 1e9
         kv_gb = engine.capacity * timing.kv_bytes_per_token(config.model, config.tp_size, config.kv_cache_dtype) / 1e9
         req.json(200, {
             **config.server_args(),
+            "max_total_num_tokens": engine.capacity,
+            "max_req_input_len": min(config.context_length - 1, engine.capacity - 1),
             "version": VERSION,
             "internal_states": [{
                 "last_gen_throughput": engine.last_gen_throughput,
                 "memory_usage": {"weight": round(weights_gb, 2), "kvcache": round(kv_gb, 2),
-                                 "token_capacity": engine.capacity},
+                                 "token_capacity": engine.capacity, "graph": 0},
+                "effective_max_running_requests_per_dp": config.max_running_requests,
+                # Simulator extras (not in SGLang's internal state):
                 "max_total_num_tokens": engine.capacity,
                 "num_running_reqs": len(engine.running),
                 "num_queue_reqs": len(engine.waiting),
@@ -272,10 +305,8 @@ class SimServer:
         }])
 
     async def flush_cache(self, req: http.Request) -> None:
-        if self.engine.flush_cache():
-            req.send(200, ("Cache flushed.\n" + FLUSH_NOTE).encode())
-        else:
-            req.send(400, ("Cache not flushed. " + FLUSH_NOTE).encode())
+        # SGLang sends the same text either way; only the status tells success (200) from refusal (400).
+        req.send(200 if self.engine.flush_cache() else 400, ("Cache flushed.\n" + FLUSH_NOTE).encode())
 
     async def metrics(self, req: http.Request) -> None:
         if not self.config.enable_metrics:  # SGLang mounts /metrics only with --enable-metrics
@@ -306,7 +337,14 @@ class SimServer:
         try:
             spec, echo = protocol.parse_openai(self._parse_body(req.body), chat)
             sim = self._submit(spec)
-        except (protocol.BadRequest, RequestError) as exc:
+        except protocol.ValidationFailed as exc:
+            req.json(400, protocol.openai_error(str(exc), 400, "Bad Request"))
+            return
+        except RequestError as exc:
+            err_type = "ServiceUnavailableError" if exc.status == 503 else "BadRequestError"
+            req.json(exc.status, protocol.openai_error(str(exc), exc.status, err_type))
+            return
+        except protocol.BadRequest as exc:
             req.json(400, protocol.openai_error(str(exc), 400))
             return
         self._abort_on_disconnect(req, [sim])
