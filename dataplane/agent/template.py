@@ -52,7 +52,8 @@ def args_to_flags(args: Mapping[str, Any]) -> list[str]:
 
 # Flags the template sets from the replica's entry in the control plane's list; copies in a node config lose.
 OWNED_FLAGS = frozenset({"--model-path", "--model", "--served-model-name", "--host", "--port", "--tp-size", "--tp",
-                         "--quantization", "--context-length", "--enable-metrics"})
+                         "--quantization", "--context-length", "--enable-metrics",
+                         "--enable-cache-report"})
 
 
 def group_flags(raw: Sequence[str]) -> list[list[str]]:
@@ -91,6 +92,9 @@ def engine_command(spec: EngineSpec, *, engine: str, python: str, host: str, por
     if spec.context_length:
         argv += ["--context-length", str(spec.context_length)]
     argv.append("--enable-metrics")  # the agent's heartbeats are built from /metrics
+    # SGLang puts usage.prompt_tokens_details.cached_tokens in OpenAI answers only with this flag; the
+    # edge corrects its prefix index from it (dataplane/sim/CONFORMANCE.md, "cached_tokens").
+    argv.append("--enable-cache-report")
     argv += args_to_flags({**DEFAULT_ENGINE_ARGS, **spec.engine_args})
     argv += list(extra_flags(spec.extra_args, {**DEFAULT_ENGINE_ARGS, **spec.engine_args}))
     return argv

@@ -46,6 +46,7 @@ class SimConfig:
     context_length: int = 131072
     api_key: str | None = None
     enable_metrics: bool = False
+    enable_cache_report: bool = False
     stream_interval: int = 1
     log_level: str = "info"
     # Simulator-only
@@ -94,6 +95,7 @@ class SimConfig:
             "kv_cache_dtype": self.kv_cache_dtype or "auto",
             "context_length": self.context_length,
             "enable_metrics": self.enable_metrics,
+            "enable_cache_report": self.enable_cache_report,
             "stream_interval": self.stream_interval,
             "log_level": self.log_level,
             "api_key": None if self.api_key is None else "***",
@@ -137,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--served-model-name")
     s.add_argument("--api-key")
     s.add_argument("--enable-metrics", action="store_true")
+    s.add_argument("--enable-cache-report", action="store_true")
     s.add_argument("--stream-interval", type=int, default=1)
     s.add_argument("--log-level", default="info")
     s.add_argument("--trust-remote-code", action="store_true")
@@ -266,6 +269,7 @@ def parse_config(argv: list[str] | None = None, warn=None,
         context_length=context,
         api_key=args.api_key,
         enable_metrics=args.enable_metrics,
+        enable_cache_report=args.enable_cache_report,
         stream_interval=max(1, args.stream_interval),
         log_level=args.log_level,
         model=model,

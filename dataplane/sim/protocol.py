@@ -193,7 +193,10 @@ def usage(req: SimRequest) -> dict:
         "prompt_tokens": prompt,
         "total_tokens": prompt + completion,
         "completion_tokens": completion,
-        "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
+        # SGLang (usage_processor.py): details only when cached tokens > 0, else null. It also needs
+        # --enable-cache-report; the simulator reports without it (a documented deviation: benches
+        # that start simulators directly read the hit rate from here).
+        "prompt_tokens_details": {"cached_tokens": req.cached_tokens} if req.cached_tokens > 0 else None,
     }
 
 

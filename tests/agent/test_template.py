@@ -35,6 +35,7 @@ def test_sglang_command_line_for_an_fp8_variant_is_exact():
         "--quantization", "fp8",
         "--context-length", "32768",
         "--enable-metrics",
+        "--enable-cache-report",
         "--schedule-policy", "lpm",
         "--mem-fraction-static", "0.85",
         "--enable-torch-compile",

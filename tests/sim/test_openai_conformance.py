@@ -27,7 +27,9 @@ def test_chat_completion(client):
     assert choice.finish_reason == "length"
     assert resp.usage.completion_tokens == 12
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + 12
-    assert resp.usage.prompt_tokens_details.cached_tokens >= 0
+    # SGLang reports prompt_tokens_details only when some prompt tokens were cached (else null).
+    details = resp.usage.prompt_tokens_details
+    assert details is None or details.cached_tokens > 0
 
 
 def test_chat_is_deterministic_for_same_prompt(client):
@@ -51,7 +53,8 @@ def test_chat_stream_with_include_usage(client):
     usage_chunk = chunks[-1]
     assert usage_chunk.choices == []
     assert usage_chunk.usage.completion_tokens == 10
-    assert usage_chunk.usage.prompt_tokens_details.cached_tokens >= 0
+    details = usage_chunk.usage.prompt_tokens_details
+    assert details is None or details.cached_tokens > 0
     assert all(c.usage is None for c in chunks[:-1])
 
 
@@ -115,6 +118,7 @@ def test_usage_reports_cached_tokens_for_a_shared_system_prompt(client):
         model="sim-model", messages=[system, {"role": "user", "content": "one"}], max_tokens=2)
     second = client.chat.completions.create(
         model="sim-model", messages=[system, {"role": "user", "content": "two"}], max_tokens=2)
-    assert first.usage.prompt_tokens_details.cached_tokens < 100
+    first_details = first.usage.prompt_tokens_details  # null when nothing was cached, as SGLang
+    assert first_details is None or first_details.cached_tokens < 100
     assert second.usage.prompt_tokens_details.cached_tokens > 400
     assert second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens
