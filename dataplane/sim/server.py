@@ -63,6 +63,7 @@ class SimServer:
             (post, "/v1/completions"): self.completions,
             (post, "/v1/chat/completions"): self.chat_completions,
             (get, "/v1/models"): self.models,
+            (get, "/ping"): self.ping,
             (get, "/health"): self.health,
             (get, "/health_generate"): self.health_generate,
             (get, "/get_model_info"): self.model_info,
@@ -85,6 +86,8 @@ class SimServer:
     # -- dispatch ----------------------------------------------------------------------------
     async def dispatch(self, req: http.Request) -> None:
         handler = self.routes.get((req.method, req.path))
+        if handler is None and req.method == "GET" and req.path.startswith("/v1/models/"):
+            handler = self.retrieve_model
         if handler is None:
             status, detail = (405, "Method Not Allowed") if req.path in self._paths else (404, "Not Found")
             req.json(status, {"detail": detail})
@@ -199,8 +202,8 @@ class SimServer:
             stream = bool(data.get("stream", False))
             if stream and len(specs) > 1:
                 raise protocol.BadRequest("Streaming a batch of prompts is not supported by the simulator.")
-            rid = data.get("rid") if isinstance(data.get("rid"), str) and len(specs) == 1 else None
-            sims = [self._submit(spec, rid) for spec in specs]
+            rids = self._rids(data.get("rid"), len(specs))
+            sims = [self._submit(spec, rid) for spec, rid in zip(specs, rids, strict=True)]
         except protocol.ValidationFailed as exc:  # FastAPI's request validation: 400, flat ErrorResponse
             req.json(400, protocol.openai_error(str(exc), 400, "Bad Request"))
             return
@@ -225,6 +228,28 @@ class SimServer:
             return
         results = [protocol.generate_payload(s) for s in sims]
         req.json(200, results if protocol.is_batch(data) else results[0])
+
+    @staticmethod
+    def _rids(value, count: int) -> list[str | None]:
+        """``rid`` as SGLang takes it: a string for one prompt, a list with one per prompt for a batch."""
+        if value is None:
+            return [None] * count
+        if count == 1 and isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and len(value) == count and all(isinstance(r, str) for r in value):
+            return list(value)
+        raise protocol.BadRequest("The rid should be a string for one prompt or a list with one per prompt.")
+
+    async def ping(self, req: http.Request) -> None:
+        req.send(200, b"")  # SageMaker's health route: the HTTP server is up, nothing more
+
+    async def retrieve_model(self, req: http.Request) -> None:
+        name = req.path[len("/v1/models/"):]
+        if name != self.config.served_model_name:
+            req.json(404, {"error": {"message": f"The model '{name}' does not exist", "type": "invalid_request_error",
+                                     "param": "model", "code": "model_not_found"}})
+            return
+        req.json(200, self._model_card())
 
     async def health(self, req: http.Request) -> None:
         while self.faults.hang:  # a hung engine never answers; the caller's timeout decides
@@ -316,12 +341,13 @@ class SimServer:
         req.send(200, text.encode(), b"text/plain; version=0.0.4; charset=utf-8")
 
     # -- OpenAI API --------------------------------------------------------------------------
-    async def models(self, req: http.Request) -> None:
+    def _model_card(self) -> dict:
         name = self.config.served_model_name
-        req.json(200, {"object": "list", "data": [{
-            "id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang", "root": name,
-            "max_model_len": self.config.context_length,
-        }]})
+        return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang", "root": name,
+                "max_model_len": self.config.context_length}
+
+    async def models(self, req: http.Request) -> None:
+        req.json(200, {"object": "list", "data": [self._model_card()]})
 
     async def completions(self, req: http.Request) -> None:
         await self._openai(req, chat=False)
