@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from controlplane.fleet.capacity import ConsolidationBudget
+from controlplane.services.signin_throttle import ThrottleSettings
 
 
 class Settings(BaseSettings):
@@ -44,6 +45,14 @@ class Settings(BaseSettings):
     cluster_name: str = Field(default="nimbus", description="Ownership tag on every VM this cluster launches.")
     key_cache_seconds: float = Field(default=5.0, description="How long a verified API key stays cached.")
     db_pool_size: int = Field(default=10, ge=1)
+    signin_throttle: ThrottleSettings = Field(
+        default_factory=ThrottleSettings,
+        description='Sign-in backoff and lock-out (services/signin_throttle.py), JSON, e.g. {"lock_after": 5}.',
+    )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="CIDRs of proxies/load balancers whose X-Forwarded-For names the client (sign-in throttling).",
+    )
     sql_echo: bool = False
     # -- provisioning (Celery workers) ------------------------------------------------
     celery_key_prefix: str = Field(

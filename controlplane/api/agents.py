@@ -57,20 +57,33 @@ from typing import Annotated
 
 import msgspec
 from litestar import Controller, Request, Router
+from litestar.connection import ASGIConnection
 from litestar.di import Provide
+from litestar.handlers import BaseRouteHandler
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from controlplane.api.bodies import AGENT_MAX_BODY_BYTES
 from controlplane.api.deps import admin_guard, bearer, provide_admin
 from controlplane.api.routing import post
 from controlplane.models import Node
 from controlplane.schemas.fleet import NodeOut
 from controlplane.services import agents, fleet
+from controlplane.services.errors import Unauthorized
 from controlplane.services.principal import Principal
 
 
+async def node_guard(connection: ASGIConnection, _handler: BaseRouteHandler) -> None:
+    """The node credential is checked before the body is read (guards run first)."""
+    credential = bearer(connection)
+    if not credential:
+        raise Unauthorized("node credential required")
+    async with connection.app.state.sessionmaker() as session:
+        await session.run_sync(agents.authenticate, credential)
+
+
 async def provide_node(request: Request, db: AsyncSession) -> Node:
-    credential = bearer(request)
-    return await db.run_sync(agents.authenticate, credential)
+    # Loaded again in the request's own session (node_guard's session is closed by now).
+    return await db.run_sync(agents.authenticate, bearer(request))
 
 
 class AgentController(Controller):
@@ -78,21 +91,26 @@ class AgentController(Controller):
     tags = ["internal"]
     include_in_schema = False
 
-    @post("/register", status_code=200)
+    # No header: the one-time bootstrap token is in the body, so this body is read unauthenticated;
+    # it is small (size cap) and depth-checked before it is decoded.
+    @post("/register", status_code=200, request_max_body_size=AGENT_MAX_BODY_BYTES)
     async def register(self, db: AsyncSession, data: agents.RegisterRequest) -> dict:
         credential, answer = await db.run_sync(agents.register, data)
         return {"credential": credential, **answer}
 
-    @post("/resume", status_code=200, dependencies={"node": Provide(provide_node)})
+    @post("/resume", status_code=200, guards=[node_guard], dependencies={"node": Provide(provide_node)},
+          request_max_body_size=AGENT_MAX_BODY_BYTES)
     async def resume(self, db: AsyncSession, node: Node, data: agents.AgentFacts) -> dict:
         return await db.run_sync(agents.resume, node, data)
 
-    @post("/replicas", status_code=200, dependencies={"node": Provide(provide_node)})
+    @post("/replicas", status_code=200, guards=[node_guard], dependencies={"node": Provide(provide_node)},
+          request_max_body_size=AGENT_MAX_BODY_BYTES)
     async def replicas(self, db: AsyncSession, node: Node, data: agents.ReplicasRequest) -> dict:
         applied = await db.run_sync(lambda s: agents.report_replicas(s, node, data.replicas, with_metrics=False))
         return {"applied": applied}
 
-    @post("/heartbeat", status_code=200, dependencies={"node": Provide(provide_node)})
+    @post("/heartbeat", status_code=200, guards=[node_guard], dependencies={"node": Provide(provide_node)},
+          request_max_body_size=AGENT_MAX_BODY_BYTES)
     async def heartbeat(self, db: AsyncSession, node: Node, data: agents.HeartbeatRequest) -> dict:
         return await db.run_sync(agents.heartbeat, node, data)
 

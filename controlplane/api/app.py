@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from controlplane.api.admin import admin_router
 from controlplane.api.agents import agents_router
+from controlplane.api.bodies import MAX_BODY_BYTES, NimbusRequest
 from controlplane.api.deps import provide_db, provide_key_verifier, provide_settings
 from controlplane.api.errors import EXCEPTION_HANDLERS
 from controlplane.api.internal import EdgeController
@@ -24,6 +25,7 @@ from controlplane.config import Settings, get_settings
 from controlplane.console.routes import console_router, console_static, console_template_config
 from controlplane.db.engine import make_async_engine, make_async_sessionmaker
 from controlplane.services.keys import KeyVerifier
+from controlplane.services.signin_throttle import SigninThrottle
 
 log = logging.getLogger("nimbus.api")
 
@@ -51,6 +53,7 @@ def create_app(settings: Settings | None = None, extra_handlers: list | None = N
         try:
             yield
         finally:
+            await app.state.signin_throttle.aclose()
             await engine.dispose()
 
     openapi = OpenAPIConfig(
@@ -75,10 +78,12 @@ def create_app(settings: Settings | None = None, extra_handlers: list | None = N
             "settings": Provide(provide_settings),
             "key_verifier": Provide(provide_key_verifier),
         },
-        state=State({"settings": settings, "key_verifier": KeyVerifier(ttl=settings.key_cache_seconds)}),
+        state=State({"settings": settings, "key_verifier": KeyVerifier(ttl=settings.key_cache_seconds),
+                     "signin_throttle": SigninThrottle(settings.signin_throttle, settings.redis_url)}),
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
         openapi_config=openapi,
         cors_config=CORSConfig(allow_origins=[]),
-        request_max_body_size=8 * 1024 * 1024,
+        request_max_body_size=MAX_BODY_BYTES,  # routes that need more (the catalog import) say so
+        request_class=NimbusRequest,  # JSON bodies: nesting-depth limit before decoding
     )

@@ -11,10 +11,16 @@ from litestar.datastructures import State
 from litestar.handlers import BaseRouteHandler
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from controlplane.api import signin
 from controlplane.config import Settings
 from controlplane.services.errors import Forbidden, Unauthorized
 from controlplane.services.keys import KeyVerifier
 from controlplane.services.principal import ADMIN, Principal
+from controlplane.services.signin_throttle import Subject
+
+# Authentication runs in guards: Litestar calls a route's guards before it reads and decodes the
+# body (``data``) and before it resolves dependencies, so a caller without valid credentials gets
+# its 401 (or 429 while throttled) without the body being read.
 
 
 async def provide_db(state: State) -> AsyncGenerator[AsyncSession, None]:
@@ -37,22 +43,50 @@ def bearer(request: ASGIConnection) -> str | None:
     return token.strip()
 
 
-def admin_guard(connection: ASGIConnection, _handler: BaseRouteHandler) -> None:
-    """Runs before every admin route, whether or not the handler asks for the principal."""
+async def admin_guard(connection: ASGIConnection, _handler: BaseRouteHandler) -> None:
+    """Runs before every admin route, whether or not the handler asks for the principal. Failed
+    tokens are throttled and audited like the console's operator sign-in."""
     expected = connection.app.state.settings.admin_token.get_secret_value()
     token = bearer(connection)
     if not expected:
         raise Forbidden("the admin API is disabled: set NIMBUS_ADMIN_TOKEN")
-    if token is None or not hmac.compare_digest(token.encode(), expected.encode()):
+    if token is None:
         raise Unauthorized("admin token required")
+    sub = Subject("admin_token", "admin", signin.caller_address(connection))
+    begun = await signin.begin(connection, sub, precount=False)
+    if not hmac.compare_digest(token.encode(), expected.encode()):
+        verdict = await signin.throttle(connection).failed(sub, begun)
+        await signin.audit_api_failure(connection, sub, verdict, reason="bad admin token")
+        raise Unauthorized("admin token required")
+    await signin.throttle(connection).succeeded(sub, begun)
 
 
 async def provide_admin() -> Principal:
     return ADMIN  # admin_guard has already authenticated the caller
 
 
-async def provide_tenant(request: Request, db: AsyncSession, key_verifier: KeyVerifier) -> Principal:
-    return await key_verifier.verify(db, bearer(request), scope="manage")
+async def tenant_guard(connection: ASGIConnection, _handler: BaseRouteHandler) -> None:
+    """Tenant API: the key is verified (in its own session) before the body is read; failed keys
+    are throttled and audited like keys tried at the console."""
+    secret = bearer(connection)
+    if secret is None:
+        raise Unauthorized("missing or malformed API key")
+    sub = Subject("api_key", signin.api_key_account(secret), signin.caller_address(connection))
+    begun = await signin.begin(connection, sub, precount=False)
+    verifier: KeyVerifier = connection.app.state.key_verifier
+    try:
+        async with connection.app.state.sessionmaker() as db:
+            principal = await verifier.verify(db, secret, scope="manage")
+    except Unauthorized as exc:
+        verdict = await signin.throttle(connection).failed(sub, begun)
+        await signin.audit_api_failure(connection, sub, verdict, reason=exc.detail)
+        raise
+    await signin.throttle(connection).succeeded(sub, begun)
+    connection.state.principal = principal
+
+
+async def provide_tenant(request: Request) -> Principal:
+    return request.state.principal  # set by tenant_guard
 
 
 async def provide_settings(state: State) -> Settings:

@@ -55,7 +55,7 @@ def handle_http(request: Request, exc: HTTPException) -> Response:
 
 def handle_service(request: Request, exc: ServiceError) -> Response:
     return problem(request, exc.status, exc.detail, [FieldProblem(e.field, e.message) for e in exc.errors],
-                   title=exc.title)
+                   title=exc.title, headers=getattr(exc, "headers", None))
 
 
 def handle_integrity(request: Request, exc: IntegrityError) -> Response:

@@ -8,12 +8,13 @@ import uuid
 
 import msgspec
 from litestar import Controller, Request, Response, get, post
+from litestar.connection import ASGIConnection
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.handlers import BaseRouteHandler
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.api.deps import bearer
-from controlplane.config import Settings
 from controlplane.services import edge_snapshot
 from controlplane.services.errors import Forbidden, NotFound, Unauthorized
 
@@ -21,14 +22,18 @@ from controlplane.services.errors import Forbidden, NotFound, Unauthorized
 _SNAPSHOT_MAX_AGE_S = 1.0
 
 
-async def provide_edge(request: Request, settings: Settings) -> str:
-    expected = settings.edge_token.get_secret_value()
+def edge_guard(connection: ASGIConnection, _handler: BaseRouteHandler) -> None:
+    """Before the body is read (guards run first), so an unauthenticated body is never decoded."""
+    expected = connection.app.state.settings.edge_token.get_secret_value()
     if not expected:
         raise Forbidden("the edge API is disabled: set NIMBUS_EDGE_TOKEN")
-    token = bearer(request)
+    token = bearer(connection)
     if token is None or not hmac.compare_digest(token.encode(), expected.encode()):
         raise Unauthorized("edge token required")
-    return "edge"
+
+
+async def provide_edge() -> str:
+    return "edge"  # edge_guard has authenticated the caller
 
 
 class ActivationRequest(msgspec.Struct):
@@ -39,6 +44,7 @@ class ActivationRequest(msgspec.Struct):
 class EdgeController(Controller):
     path = "/internal/v1/edge"
     tags = ["internal"]
+    guards = [edge_guard]
     dependencies = {"edge": Provide(provide_edge)}
     include_in_schema = False
 

@@ -21,7 +21,9 @@ ERROR_RESPONSES = {
     403: _spec("Authenticated but not allowed (suspended tenant, missing scope)"),
     404: _spec("No such resource (or not yours)"),
     409: _spec("Conflicts with existing data"),
+    413: _spec("The request body is larger than this route accepts"),
     422: _spec("Well-formed but semantically invalid"),
+    429: _spec("Too many failed sign-in attempts from this address (see Retry-After)"),
 }
 
 get = functools.partial(litestar.get, responses=ERROR_RESPONSES)

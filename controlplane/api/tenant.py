@@ -16,7 +16,7 @@ from litestar.params import Parameter
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.api.admin.tenants import LimitParam, OffsetParam
-from controlplane.api.deps import provide_tenant
+from controlplane.api.deps import provide_tenant, tenant_guard
 from controlplane.api.routing import delete, get, post
 from controlplane.db.types import utcnow
 from controlplane.schemas.common import Page
@@ -29,6 +29,7 @@ from controlplane.services.principal import Principal
 class TenantSelfController(Controller):
     path = "/v1/tenant"
     tags = ["tenant"]
+    guards = [tenant_guard]  # authenticates before any body is read
     dependencies = {"principal": Provide(provide_tenant)}
     security = [{"TenantKey": []}]
 

@@ -41,13 +41,18 @@ async def tenant_by_key(db: AsyncSession, verifier: KeyVerifier, secret: str) ->
 
 
 async def tenant_by_password(db: AsyncSession, email: str, password: str) -> Tenant | None:
+    return (await check_password(db, email, password))[1]
+
+
+async def check_password(db: AsyncSession, email: str, password: str) -> tuple[Tenant | None, Tenant | None]:
+    """(the tenant holding this email, if any; that tenant if the password is right and it is active)."""
     tenant = await db.scalar(
         select(Tenant).where(Tenant.email == email.strip().lower(), Tenant.deleted_at.is_(None))
     )
     ok = verify_password(password, tenant.password_hash if tenant else _DUMMY_HASH)
     if tenant is None or not ok or tenant.status != TenantStatus.active:
-        return None
-    return tenant
+        return tenant, None
+    return tenant, tenant
 
 
 def admin_token_ok(settings: Settings, presented: str) -> bool:

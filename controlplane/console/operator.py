@@ -14,10 +14,13 @@ from litestar import Controller, Request, Response, get, post
 from litestar.di import Provide
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from controlplane.api import signin
 from controlplane.config import Settings
 from controlplane.console import auth, sessions, views
 from controlplane.console.web import login_page, page, redirect
 from controlplane.services import fleet_views
+from controlplane.services.errors import TooManyAttempts
+from controlplane.services.signin_throttle import Subject
 
 
 class OperatorAuthController(Controller):
@@ -30,8 +33,22 @@ class OperatorAuthController(Controller):
     @post("/login")
     async def login(self, request: Request, db: AsyncSession, settings: Settings) -> Response:
         form = await auth.checked_login_form(request)
+        sub = Subject("admin_token", "admin", signin.caller_address(request))
+        try:
+            begun = await signin.begin(request, sub, precount=True)
+        except TooManyAttempts as exc:
+            return login_page("operator/login.html", status_code=429, headers=exc.headers, error=exc.detail,
+                              throttled=True)
         if not auth.admin_token_ok(settings, form.get("token", "")):
-            return login_page("operator/login.html", status_code=401, error="That admin token did not work.")
+            verdict = await signin.throttle(request).failed(sub, begun)
+            signin.record_failure(db, sub, verdict, channel="console", account_label="admin")
+            error = "That admin token did not work."
+            if verdict.retry_after_s > 0:
+                error += " " + signin.failure_wait_message(verdict)
+            return login_page("operator/login.html", status_code=401, error=error,
+                              throttled=verdict.retry_after_s > 0)
+        await signin.throttle(request).succeeded(sub, begun)
+        signin.record_success(db, sub, actor="admin", channel="console", account_label="admin")
         live = await sessions.start(db, kind="operator", signin_label=auth.admin_token_fingerprint(settings))
         return redirect("/console/admin", cookies=[
             sessions.cookie(sessions.OPERATOR_COOKIE, live.token, int(sessions.SESSION_TTL.total_seconds())),

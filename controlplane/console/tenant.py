@@ -16,14 +16,16 @@ from litestar.params import Parameter
 from litestar.response import Stream
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from controlplane.api import signin
 from controlplane.config import Settings
 from controlplane.console import auth, charts, metrics, playground, sessions, views
 from controlplane.console.web import login_page, page, redirect
 from controlplane.db.types import utcnow
 from controlplane.schemas.tenancy import KeyCreate
 from controlplane.services import catalog_views, keys, tenants, usage
-from controlplane.services.errors import FieldError, Forbidden, Invalid, ServiceError
+from controlplane.services.errors import FieldError, Forbidden, Invalid, ServiceError, TooManyAttempts
 from controlplane.services.keys import KeyVerifier
+from controlplane.services.signin_throttle import Subject
 
 RangeParam = Annotated[str, Parameter(default=metrics.DEFAULT_RANGE, pattern=r"^(1h|24h|7d)$")]
 GranularityParam = Annotated[str, Parameter(default="hour", pattern=r"^(minute|hour|day)$")]
@@ -54,22 +56,44 @@ class TenantAuthController(Controller):
     async def login(self, request: Request, db: AsyncSession, key_verifier: KeyVerifier) -> Response:
         form = await auth.checked_login_form(request)
         await sessions.sweep_expired(db)  # sign-ins keep the table small without a scheduled job
-        if form.get("method") == "password":
-            tenant = await auth.tenant_by_password(db, form.get("email", ""), form.get("password", ""))
+        by_password = form.get("method") == "password"
+        email, address = form.get("email", ""), signin.caller_address(request)
+        sub = (Subject("password", signin.email_account(email), address) if by_password
+               else Subject("api_key", signin.api_key_account(form.get("api_key", "")), address))
+        sticky = {"method": "password" if by_password else "key", "email": email}
+        try:
+            # Counted as a failure before the secret is checked: parallel guesses cannot slip through.
+            begun = await signin.begin(request, sub, precount=True)
+        except TooManyAttempts as exc:
+            return login_page("login.html", status_code=429, headers=exc.headers, error=exc.detail, throttled=True,
+                              **sticky)
+        if by_password:
+            holder, tenant = await auth.check_password(db, email, form.get("password", ""))
             live = tenant and await sessions.start(
                 db, kind="tenant", tenant_id=tenant.id, signin_label="console-password",
                 scopes=frozenset({"inference", "manage"}),
             )
+            label, tenant_id = (sub.account, holder.id) if holder else (signin.typed_label(sub.account), None)
+            actor = f"tenant:{tenant.id} password" if tenant else ""
         else:
             principal = await auth.tenant_by_key(db, key_verifier, form.get("api_key", ""))
             live = principal and await sessions.start(
                 db, kind="tenant", tenant_id=principal.tenant_id, signin_key_id=principal.key_id,
                 signin_label=principal.key_prefix or "", scopes=principal.scopes,
             )
+            label = sub.account
+            tenant_id = principal.tenant_id if principal else await signin.key_tenant(db, sub.account)
+            actor = principal.actor if principal else ""
         if not live:
-            return login_page("login.html", status_code=401, method=form.get("method", "key"),
-                              email=form.get("email", ""),
-                              error="Those credentials did not work. Keys need the 'manage' scope.")
+            verdict = await signin.throttle(request).failed(sub, begun)
+            signin.record_failure(db, sub, verdict, channel="console", account_label=label, tenant_id=tenant_id)
+            error = "Those credentials did not work. Keys need the 'manage' scope."
+            if verdict.retry_after_s > 0:
+                error += " " + signin.failure_wait_message(verdict)
+            return login_page("login.html", status_code=401, error=error, throttled=verdict.retry_after_s > 0,
+                              **sticky)
+        await signin.throttle(request).succeeded(sub, begun)
+        signin.record_success(db, sub, actor=actor, channel="console", account_label=label, tenant_id=tenant_id)
         if "inference" in live.row.scopes:
             # Minted now so it has reached the edges by the time the playground is opened.
             await sessions.playground_key(db, live)

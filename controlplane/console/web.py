@@ -39,12 +39,13 @@ def page(template: str, live: sessions.Live | None, status_code: int = 200, **co
     )
 
 
-def login_page(template: str, status_code: int = 200, **context: Any) -> Template:
+def login_page(template: str, status_code: int = 200, headers: dict[str, str] | None = None,
+               **context: Any) -> Template:
     """A sign-in form with a fresh double-submit token (cookie + hidden field)."""
     token = secrets.token_urlsafe(24)
     return Template(
         template_name=template, status_code=status_code, context={"login_csrf": token, "live": None, **context},
-        cookies=[sessions.cookie(sessions.LOGIN_CSRF_COOKIE, token, 3600)],
+        cookies=[sessions.cookie(sessions.LOGIN_CSRF_COOKIE, token, 3600)], headers=headers,
     )
 
 

@@ -57,3 +57,31 @@ def record(
             after=after,
         )
     )
+
+
+def record_signin(
+    session: AsyncSession,
+    action: str,
+    *,
+    actor: str,
+    kind: str,
+    channel: str,
+    address: str,
+    account: str,
+    target_id: str | None = None,
+    tenant_id: uuid.UUID | None = None,
+    **facts: Any,
+) -> None:
+    """A sign-in attempt: ``signin.success``, ``signin.failure`` or ``signin.locked`` (a failure that
+    started a lock). ``account`` is a label that is never a secret (an email a tenant holds, a key's
+    public prefix, "admin", or a digest of what was typed)."""
+    session.add(
+        AuditEvent(
+            actor=actor[:200],
+            action=action,
+            target_type="signin",
+            target_id=(target_id or account)[:100],
+            tenant_id=tenant_id,
+            after={"kind": kind, "channel": channel, "address": address, "account": account, **facts},
+        )
+    )

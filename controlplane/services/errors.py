@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -45,3 +46,20 @@ class Unauthorized(ServiceError):
 class Forbidden(ServiceError):
     def __init__(self, detail: str) -> None:
         super().__init__(detail, [], 403, "Forbidden")
+
+
+class TooManyAttempts(ServiceError):
+    """429: sign-in throttling (``retry_after_s`` becomes the Retry-After header)."""
+
+    def __init__(self, detail: str, retry_after_s: float) -> None:
+        super().__init__(detail, [], 429, "Too many requests")
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+
+class Unavailable(ServiceError):
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, [], 503, "Service unavailable")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -8,6 +9,7 @@ from pydantic import SecretStr
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
+from controlplane.services.signin_throttle import ThrottleSettings
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 EDGE_TOKEN = "test-edge-token-0123456789"
@@ -21,7 +23,13 @@ def settings(db_url: str, tmp_path) -> Settings:
         edge_token=SecretStr(EDGE_TOKEN),
         state_dir=tmp_path / "state",
         key_cache_seconds=5.0,
+        # Sign-in throttling counts in the shared Redis: each test gets its own keys.
+        signin_throttle=isolated_throttle(),
     )
+
+
+def isolated_throttle(**overrides) -> ThrottleSettings:
+    return ThrottleSettings(key_prefix=f"nimbus-test:{uuid.uuid4().hex}:", **overrides)
 
 
 @pytest.fixture

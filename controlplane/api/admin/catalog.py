@@ -5,6 +5,7 @@ from typing import Any
 from litestar import Controller
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from controlplane.api.bodies import CATALOG_MAX_BODY_BYTES
 from controlplane.api.routing import get, post
 from controlplane.schemas.catalog import CatalogImportResult, RegionOut
 from controlplane.services import audit, catalog
@@ -18,7 +19,7 @@ class CatalogController(Controller):
     async def list_regions(self, db: AsyncSession) -> list[RegionOut]:
         return await db.run_sync(catalog.list_regions)
 
-    @post("/import", status_code=200)
+    @post("/import", status_code=200, request_max_body_size=CATALOG_MAX_BODY_BYTES)
     async def import_catalog(self, db: AsyncSession, principal: Principal, data: dict[str, Any]) -> CatalogImportResult:
         """Body: the cloud catalog JSON that Terraform outputs (see infra/catalog/schema.json)."""
         result = await db.run_sync(catalog.import_catalog, data)
