@@ -169,16 +169,26 @@ def learn_capacity(previous: float | None, obs: PoolObservation, config: Autosca
     return observed if previous is None else 0.8 * previous + 0.2 * observed
 
 
-def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, settled: bool,
+def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, settled: bool, elapsed_s: float,
                         config: AutoscalerConfig) -> float:
     """SLO feedback on how much of the profiled capacity a replica really delivers: grow it
     slowly while a settled pool at its planned load keeps TTFT (``slo_ttft``) well inside the SLO.
 
     A profile is taken on one replica in isolation; behind a load balancer a pool absorbs
-    more before its TTFT suffers. The way back down is ``cut_capacity_scale`` on a breach."""
+    more before its TTFT suffers. The way back down is ``cut_capacity_scale`` on a breach.
+
+    Below the profile the scale returns to it while the SLO holds, with a half-life of
+    ``capacity_scale_recovery_half_life_s``: a breach is one observation against a measured
+    profile, often a minute of Poisson noise at full load, and the lesson must not outlive it
+    by hours. A cut from 2 ready replicas (to 0.67) used to need TTFT under half the SLO at
+    full load to grow back, which a pool run at its SLO capacity never shows: 1.5x the
+    replicas for the rest of the day. If the profile really is too high, the next breach cuts
+    again (AIMD: the scale saws below the truth instead of sitting far under it)."""
     load, ttft = demand.load_per_replica, demand.slo_ttft_s
     if load is None or ttft is None or not settled:
         return scale
+    if scale < 1.0 and ttft <= slo_s and elapsed_s > 0:
+        scale = 1.0 - (1.0 - scale) * 0.5 ** (elapsed_s / config.capacity_scale_recovery_half_life_s)
     if ttft < config.capacity_scale_slack * slo_s and load >= 0.9 * scale:
         scale *= 1 + config.capacity_scale_up_step
     return min(config.capacity_scale_max, max(config.capacity_scale_min, scale))
@@ -452,7 +462,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     demand = measure_demand(obs, profiled, state.capacity_scale, config)
     # Learn only from a settled pool: no cold start under way, no panic in the last minute.
     settled = len(ready) == len(active) and not (state.panic_until is not None and now < state.panic_until)
-    scale = tune_capacity_scale(state.capacity_scale, demand, spec.ttft_slo_s, settled, config)
+    elapsed = now - state.demand_samples[-1][0] if state.demand_samples else 0.0
+    scale = tune_capacity_scale(state.capacity_scale, demand, spec.ttft_slo_s, settled, elapsed, config)
     capacity = profiled * scale if profiled else None
 
     keep_s = max(config.stable_window_s, config.panic_window_s)
