@@ -7,16 +7,39 @@ roughly 200 concurrent streams, and a whole request/response cycle through uvico
 edge about a fifth of its CPU at peak load (py-spy). Here a handler writes straight into the
 socket's transport (about 8-10 us per event).
 
-Scope: keep-alive with an idle timeout, ``Expect: 100-continue``, Content-Length bodies with a
-size limit, chunked responses for streams, pipelined requests answered in order, write flow
-control (``await conn.drain()`` while the client reads slower than we write), and a graceful
-shutdown that lets in-flight responses finish.
+Scope: keep-alive with an idle timeout, ``Expect: 100-continue``, Content-Length and chunked
+bodies with a size limit, chunked responses for streams, pipelined requests answered in order,
+write flow control (``await conn.drain()`` while the client reads slower than we write), and a
+graceful shutdown that lets in-flight responses finish.
+
+Hostile clients (see ``ServerOptions`` for the limits and their defaults):
+
+* every phase of reading a request has a deadline: a new connection and a request's head must
+  arrive within ``header_timeout_s``, its body within ``body_timeout_s`` (408 either way), an idle
+  keep-alive connection is closed after ``keep_alive_s``; so a slowloris client, a Content-Length
+  larger than the body or an unterminated chunked body cannot hold a connection;
+* the request head is bounded in bytes and in header count (431), the URL in bytes (414), and
+  HTTP/1.1 requests must carry exactly one ``Host`` (400);
+* a response the client stops reading for ``send_timeout_s`` is cut (the handler's close callbacks
+  run, which is how the edge aborts the engine's work);
+* connections are capped in total and per client address; past a cap a new connection gets a 503
+  with ``Retry-After`` and is closed, so a flood from one address cannot lock everyone else out;
+* an ``early`` hook sees each request's head before its body is read and may answer it at once
+  (the edge answers an unauthenticated request with 401 without reading, let alone decoding, its
+  body);
+* an error answer is followed by a lingering close (our side shut down for writing, the client's
+  remaining bytes read and dropped for a moment) so the client gets the answer, not a reset.
+
+Deadlines are checked by one sweeper per server rather than one timer per request: the hot path
+only stores a timestamp.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import resource
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,10 +51,21 @@ log = logging.getLogger("nimbus.http")
 _json = msgspec.json.Encoder()
 _REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found",
             405: b"Method Not Allowed", 408: b"Request Timeout", 413: b"Content Too Large",
-            429: b"Too Many Requests", 499: b"Client Closed Request", 500: b"Internal Server Error",
+            414: b"URI Too Long", 422: b"Unprocessable Content", 429: b"Too Many Requests",
+            431: b"Request Header Fields Too Large", 499: b"Client Closed Request", 500: b"Internal Server Error",
             502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout"}
 JSON_TYPE = b"application/json"
 MAX_BODY = 64 << 20
+_INF = float("inf")
+
+# What an error answer looks like: (status, message) -> (content type, body).
+ErrorRenderer = Callable[[int, str], tuple[bytes, bytes]]
+# A response an ``early`` hook may give instead of reading the body: (status, header lines, body).
+EarlyAnswer = tuple[int, bytes, bytes]
+
+
+def plain_error(status: int, message: str) -> tuple[bytes, bytes]:
+    return b"text/plain; charset=utf-8", message.encode()
 
 
 @dataclass(frozen=True)
@@ -40,19 +74,51 @@ class ServerOptions:
     # What a client whose body is too large gets (the edge answers in OpenAI's error shape).
     too_large_type: bytes = b"text/plain"
     too_large_body: bytes = b"request body too large"
+    # Every other error the server answers itself (400, 408, 414, 431, 503); plain text unless set.
+    render_error: ErrorRenderer | None = None
     # An idle keep-alive connection is closed after this long (uvicorn's default is 5 s; load
     # balancers keep theirs for 60 s, so ours must outlive theirs or they race on reuse).
     keep_alive_s: float = 75.0
+    # A new connection's first request head, and any request head once its first byte arrived, must
+    # be complete within this (nginx's client_header_timeout is 60 s; Go servers commonly use 10 s;
+    # an honest client sends a head in one packet).
+    header_timeout_s: float = 10.0
+    # A request's whole body must arrive within this after its head (nginx's client_body_timeout is
+    # 60 s *between reads*; a whole-body deadline also stops a client that sends a byte a second).
+    # 30 s carries a 64 MiB body at ~18 Mbit/s.
+    body_timeout_s: float = 30.0
+    # A response the client has not read for this long (writes paused the whole time) is cut.
+    # None: never (the engine simulator, whose only client is the edge).
+    send_timeout_s: float | None = None
+    # The request line plus all header lines (nginx's large_client_header_buffers is 4 x 8 KiB).
+    max_header_bytes: int = 32 << 10
+    max_url_bytes: int = 8 << 10
+    max_headers: int = 100  # Apache's LimitRequestFields default
+    require_host: bool = True  # RFC 9112 3.2: a 1.1 request without exactly one Host is a 400
+    # Requests parsed ahead of the one being answered (pipelining); past it the connection stops
+    # taking new ones and closes after answering those it has.
+    max_pipelined: int = 16
+    # Connection caps (nginx's limit_conn); None: no cap. Past a cap a new connection gets 503.
+    max_connections: int | None = None
+    max_connections_per_client: int | None = None
+    shed_retry_after_s: int = 1
+    # How long a connection we answered with an error keeps reading (and dropping) the client's bytes.
+    linger_s: float = 2.0
+    # Called with (connection, method, path, headers) once a request's head is complete, before its
+    # body is read; an answer it returns is sent at once and the connection closed.
+    early: Callable[[Connection, str, str, dict[bytes, bytes]], EarlyAnswer | None] | None = None
 
 
 class Request:
-    __slots__ = ("body", "conn", "headers", "keep_alive", "method", "path", "query")
+    __slots__ = ("body", "conn", "early_checked", "headers", "keep_alive", "method", "path", "query")
 
     def __init__(self, conn: Connection, method: str, path: str, headers: dict[bytes, bytes], body: bytes,
-                 keep_alive: bool = True, query: bytes = b""):
+                 keep_alive: bool = True, query: bytes = b"", early_checked: bool = False):
         self.conn, self.method, self.path, self.headers, self.body = conn, method, path, headers, body
         self.keep_alive = keep_alive
         self.query = query
+        # The ``early`` hook already saw this request's head (it is not run for pipelined requests).
+        self.early_checked = early_checked
 
     # -- whole responses ---------------------------------------------------------------------
     def send(self, status: int, body: bytes, content_type: bytes = b"text/plain; charset=utf-8") -> None:
@@ -89,29 +155,55 @@ def render_headers(pairs) -> bytes:
     return b"".join(b"%s: %s\r\n" % (name, value) for name, value in pairs)
 
 
+class _Refused(Exception):
+    """Raised inside a parser callback to stop parsing a request we answer with an error."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# Where a connection is, for its deadline.
+_FRESH, _IDLE, _HEAD, _BODY, _BUSY, _LINGER = range(6)
+
+
 class Connection(asyncio.Protocol):
     """One client connection. A response is complete when ``write_response`` or
     ``end_chunked`` runs, not when the handler coroutine returns, so a handler may hand a
     stream to the engine and return. The socket keeps being read while a response is in
     progress, so a client that goes away is noticed at once (and its request aborted)."""
 
-    def __init__(self, dispatch: Handler, options: ServerOptions, registry: set[Connection] | None = None):
+    def __init__(self, dispatch: Handler, options: ServerOptions, registry: set[Connection] | None = None,
+                 server: HttpServer | None = None):
         self._dispatch = dispatch
         self._options = options
         self._registry = registry
+        self._server = server
         self._parser = httptools.HttpRequestParser(self)
+        self._loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
+        self._counted = False  # in the server's per-client counts
         self.transport: asyncio.Transport | None = None
+        self.client: str = ""
         self.closed = False
         self._close_callbacks: list[Callable[[], None]] = []
         self._current: Request | None = None
         self._queue: deque[Request] = deque()  # pipelined requests wait their turn
+        self._queued_bytes = 0
         self._streaming = False
         self._task: asyncio.Future | None = None
         self._paused = False
         self._drained: asyncio.Future | None = None
-        self._idle_timer: asyncio.TimerHandle | None = None
         self._shutting_down = False
-        self.on_message_begin()
+        self._phase = _FRESH
+        self.deadline = _INF
+        self._in_message = False
+        self._head_done = False
+        self._head_bytes = 0  # bytes received while a request head was incomplete
+        self._stopped = False  # no more requests are parsed on this connection
+        self._pending_error: tuple[int, str] | None = None  # answered once the responses before it are done
+        self._early_checked = False
+        self._reset_message()
 
     @property
     def busy(self) -> bool:
@@ -120,27 +212,51 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.client = peer[0] if isinstance(peer, tuple) and peer else str(peer or "")
+        server = self._server
+        if server is not None:
+            verdict = server.admit(self)
+            if verdict is not True:
+                if verdict == "shed":
+                    self._shed()
+                else:
+                    self._stopped = True
+                    transport.abort()  # shedding too many at once: drop the new one outright
+                return
         if self._registry is not None:
             self._registry.add(self)
-        self._arm_idle_timer()
+        self.deadline = self._loop.time() + self._options.header_timeout_s
 
     def data_received(self, data: bytes) -> None:
+        if self._stopped:
+            return  # lingering, shed, or past an error: the bytes are dropped
+        if not self._head_done:
+            self._head_bytes += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._fail(400, b"text/plain", b"upgrades are not supported")
-        except httptools.HttpParserError:
-            if self._body_size > self._options.max_body:
-                self._fail(413, self._options.too_large_type, self._options.too_large_body)
+            self._refuse(400, "upgrades are not supported")
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _Refused):
+                self._refuse(cause.status, cause.message)
             else:
-                self._fail(400, b"text/plain", b"malformed request")
+                log.error("http parser callback failed: %r", cause)
+                self._refuse(400, "malformed request")
+        except httptools.HttpParserError:
+            self._refuse(400, "malformed request")
+        else:
+            if not self._head_done and self._in_message and self._head_bytes > self._options.max_header_bytes:
+                self._refuse(431, "request header fields too large")
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        self._stopped = True
+        if self._server is not None:
+            self._server.forget(self)
         if self._registry is not None:
             self._registry.discard(self)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         callbacks, self._close_callbacks = self._close_callbacks, []
@@ -152,9 +268,14 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._paused = True
+        timeout = self._options.send_timeout_s
+        if timeout is not None and self._phase == _BUSY:
+            self.deadline = self._loop.time() + timeout
 
     def resume_writing(self) -> None:
         self._paused = False
+        if self._phase == _BUSY:
+            self.deadline = _INF
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         self._drained = None
@@ -176,41 +297,107 @@ class Connection(asyncio.Protocol):
         """Run ``callback`` if the client goes away before the response is complete."""
         self._close_callbacks.append(callback)
 
+    # -- deadlines ---------------------------------------------------------------------------
+    def expire(self, now: float) -> None:
+        """The sweeper found this connection past its deadline."""
+        phase = self._phase
+        if self.closed or self.transport is None:
+            return
+        if phase == _BUSY:
+            if self._paused and self._options.send_timeout_s is not None:
+                log.info("client %s stopped reading for %.0f s; closing", self.client, self._options.send_timeout_s)
+                self.transport.abort()  # its unread buffer is dropped; close callbacks abort the work
+            else:
+                self.deadline = _INF
+        elif phase in (_HEAD, _BODY):
+            self._refuse(408, "request head not received in time" if phase == _HEAD
+                         else "request body not received in time")
+        elif phase == _LINGER:
+            self.transport.abort()
+        else:  # fresh or idle: nothing half-sent, just close
+            self.transport.close()
+
     # -- httptools callbacks -----------------------------------------------------------------
-    def on_message_begin(self) -> None:
+    def _reset_message(self) -> None:
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
+        self._nheaders = 0
+        self._header_size = 0
         self._body: list[bytes] = []
         self._body_size = 0
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
+
+    def on_message_begin(self) -> None:
+        self._reset_message()
+        self._in_message = True
+        self._head_done = False
+        self._early_checked = False
+        if self._phase in (_FRESH, _IDLE):
+            self._phase = _HEAD
+            self.deadline = self._loop.time() + self._options.header_timeout_s
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        if len(self._url) > self._options.max_url_bytes:
+            raise _Refused(414, "request URL too long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers[name.lower()] = value
+        self._nheaders += 1
+        self._header_size += len(name) + len(value) + 4
+        opts = self._options
+        if self._nheaders > opts.max_headers:
+            raise _Refused(431, f"more than {opts.max_headers} header fields")
+        if self._header_size > opts.max_header_bytes:
+            raise _Refused(431, "request header fields too large")
+        name = name.lower()
+        if name == b"host" and name in self._headers:
+            raise _Refused(400, "more than one Host header")
+        self._headers[name] = value
 
     def on_headers_complete(self) -> None:
-        if self._headers.get(b"expect", b"").lower() == b"100-continue" and self.transport:
+        self._head_done = True
+        self._head_bytes = 0
+        opts = self._options
+        headers = self._headers
+        if opts.require_host and b"host" not in headers and self._parser.get_http_version() == "1.1":
+            raise _Refused(400, "an HTTP/1.1 request needs a Host header")
+        if self._phase == _HEAD:
+            self._phase = _BODY
+            self.deadline = self._loop.time() + opts.body_timeout_s
+        if opts.early is not None and not self.busy:
+            self._early_checked = True
+            answer = opts.early(self, self._parser.get_method().decode(),
+                                self._url.partition(b"?")[0].decode("latin-1"), headers)
+            if answer is not None:
+                self._answer_and_close(*answer)
+                raise _Refused(0, "answered early")
+        if headers.get(b"expect", b"").lower() == b"100-continue" and self.transport:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
         if self._body_size > self._options.max_body:
-            raise httptools.HttpParserError("body too large")
+            raise _Refused(413, "request body too large")
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._in_message = False
+        self._head_done = False
+        self._head_bytes = 0
         path, _, query = self._url.partition(b"?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         request = Request(self, self._parser.get_method().decode(), path.decode("latin-1"), self._headers, body,
-                          self._parser.should_keep_alive() and not self._shutting_down, query)
+                          self._parser.should_keep_alive() and not self._shutting_down, query, self._early_checked)
         if self._current is None:
+            self._phase = _BUSY
+            self.deadline = _INF
             self._start(request)
         else:
             self._queue.append(request)
+            self._queued_bytes += len(body)
+            if len(self._queue) >= self._options.max_pipelined or self._queued_bytes > self._options.max_body:
+                # Enough is parsed ahead; answer those and close, reading nothing more.
+                self._stopped = True
+                request.keep_alive = False
 
     def _start(self, request: Request) -> None:
         self._current = request
@@ -275,20 +462,22 @@ class Connection(asyncio.Protocol):
         if not keep_alive:
             self.transport.close()
         elif self._queue:
-            self._start(self._queue.popleft())
+            request = self._queue.popleft()
+            self._queued_bytes -= len(request.body)
+            self._start(request)
+        elif self._pending_error is not None:
+            self._refuse(*self._pending_error)
+        elif self._shutting_down or self._stopped:
+            self.transport.close()
         else:
-            self._arm_idle_timer()
-
-    def _arm_idle_timer(self) -> None:
-        if self._shutting_down:
-            self.transport.close()
-            return
-        loop = asyncio.get_running_loop()
-        self._idle_timer = loop.call_later(self._options.keep_alive_s, self._close_if_idle)
-
-    def _close_if_idle(self) -> None:
-        if not self.busy and not self.closed and self.transport is not None:
-            self.transport.close()
+            now = self._loop.time()
+            if self._in_message:  # the next request began while this one was answered
+                self._phase = _BODY if self._head_done else _HEAD
+                self.deadline = now + (self._options.body_timeout_s if self._head_done
+                                       else self._options.header_timeout_s)
+            else:
+                self._phase = _IDLE
+                self.deadline = now + self._options.keep_alive_s
 
     def shutdown(self) -> None:
         """Finish the response in progress (if any), then close."""
@@ -296,21 +485,126 @@ class Connection(asyncio.Protocol):
         if not self.busy and self.transport is not None:
             self.transport.close()
 
-    def _fail(self, status: int, content_type: bytes, message: bytes) -> None:
-        if self.transport and not self.closed:
-            head = b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % (
-                status, _REASONS.get(status, b"Unknown"), content_type, len(message))
-            self.transport.write(head + message)
-            self.transport.close()
+    # -- errors ------------------------------------------------------------------------------
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer a request we will not serve, then close. Status 0: already answered."""
+        self._stopped = True
+        if status == 0 or self.closed or self.transport is None:
+            return
+        if self.busy:  # answer in order, after the responses before it
+            self._pending_error = (status, message)
+            return
+        if status == 413:
+            content_type, body = self._options.too_large_type, self._options.too_large_body
+        else:
+            render = self._options.render_error or plain_error
+            content_type, body = render(status, message)
+        self._answer_and_close(status, b"content-type: %s\r\n" % content_type, body)
+
+    def _answer_and_close(self, status: int, headers: bytes, body: bytes) -> None:
+        if self.closed or self.transport is None:
+            return
+        self.transport.write(b"HTTP/1.1 %d %s\r\n%scontent-length: %d\r\nconnection: close\r\n\r\n%s" % (
+            status, _REASONS.get(status, b"Unknown"), headers, len(body), body))
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close without a reset: shut our side for writing once the answer is out, and drop what
+        the client still sends for up to ``linger_s`` (or until it closes)."""
+        self._stopped = True
+        self._phase = _LINGER
+        self.deadline = self._loop.time() + self._options.linger_s
+        transport = self.transport
+        try:
+            if transport.can_write_eof():
+                transport.write_eof()
+            else:
+                transport.close()
+        except (OSError, RuntimeError):
+            transport.close()
+
+    def _shed(self) -> None:
+        """Over a connection cap: a 503 that says when to come back, then close."""
+        opts = self._options
+        render = opts.render_error or plain_error
+        content_type, body = render(503, "too many connections; retry shortly")
+        self._stopped = True
+        self._answer_and_close(503, b"content-type: %s\r\nretry-after: %d\r\n" % (content_type, opts.shed_retry_after_s),
+                               body)
+        # Lingering shed connections are bounded by the server: past its bound they are dropped.
+        self.deadline = self._loop.time() + min(opts.linger_s, 1.0)
 
 
 class HttpServer:
-    """A listening socket and its connections, with a graceful shutdown."""
+    """A listening socket and its connections, with connection caps, the deadline sweeper and a
+    graceful shutdown."""
 
-    def __init__(self, server: asyncio.Server, connections: set[Connection]) -> None:
-        self.server = server
+    def __init__(self, options: ServerOptions, connections: set[Connection]) -> None:
+        self.server: asyncio.Server | None = None
+        self.options = options
         self.connections = connections
+        self.per_client: dict[str, int] = {}
+        self.shedding: set[Connection] = set()
+        self.shed_total = 0
+        self._sweeper: asyncio.Task | None = None
 
+    # -- caps --------------------------------------------------------------------------------
+    def admit(self, conn: Connection) -> bool | str:
+        """Count a new connection in (True), or say it is over a cap: "shed" (answer 503) or "drop"
+        (so many are being shed already that this one is closed without an answer)."""
+        opts = self.options
+        total_cap, client_cap = opts.max_connections, opts.max_connections_per_client
+        count = self.per_client.get(conn.client, 0)
+        if (total_cap is not None and len(self.connections) >= total_cap) or (
+                client_cap is not None and count >= client_cap):
+            self.shed_total += 1
+            if len(self.shedding) >= max(64, (total_cap or 1024) // 8):
+                return "drop"
+            self.shedding.add(conn)
+            return "shed"
+        self.per_client[conn.client] = count + 1
+        conn._counted = True
+        return True
+
+    def forget(self, conn: Connection) -> None:
+        if conn._counted:
+            conn._counted = False
+            left = self.per_client.get(conn.client, 1) - 1
+            if left > 0:
+                self.per_client[conn.client] = left
+            else:
+                self.per_client.pop(conn.client, None)
+        self.shedding.discard(conn)
+
+    # -- deadlines ---------------------------------------------------------------------------
+    def sweep_interval(self) -> float:
+        o = self.options
+        shortest = min(x for x in (o.keep_alive_s, o.header_timeout_s, o.body_timeout_s, o.send_timeout_s or _INF,
+                                   o.linger_s) if x > 0)
+        return max(0.02, min(1.0, shortest / 5))
+
+    def sweep(self, now: float) -> None:
+        for conn in [c for c in self.connections if c.deadline <= now]:
+            conn.expire(now)
+        for conn in [c for c in self.shedding if c.deadline <= now]:
+            if conn.transport is not None:
+                conn.transport.abort()
+            self.shedding.discard(conn)
+
+    async def _sweep_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.sweep_interval()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.sweep(loop.time())
+            except Exception:  # never let one bad connection stop the deadlines of all others
+                log.exception("connection sweep failed")
+
+    def start_sweeper(self) -> None:
+        self._sweeper = asyncio.ensure_future(self._sweep_forever())
+
+    # -- lifecycle ---------------------------------------------------------------------------
     def busy(self) -> int:
         return sum(1 for c in self.connections if c.busy)
 
@@ -323,18 +617,37 @@ class HttpServer:
         deadline = loop.time() + grace_s
         while self.busy() and loop.time() < deadline:  # noqa: ASYNC110 (once, at shutdown)
             await asyncio.sleep(0.05)
-        for conn in list(self.connections):
+        for conn in list(self.connections) + list(self.shedding):
             if conn.transport is not None:
                 conn.transport.close()
+        self._stop_sweeper()
+
+    def _stop_sweeper(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
 
     def close(self) -> None:
         self.server.close()
+        self._stop_sweeper()
+
+
+def fd_limit(raise_soft: bool = False) -> int:
+    """This process's open-file limit; ``raise_soft`` lifts the soft limit to the hard one first."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if raise_soft and soft != hard and hard != resource.RLIM_INFINITY:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
 
 
 async def serve(dispatch: Handler, host: str, port: int, options: ServerOptions | None = None) -> HttpServer:
     loop = asyncio.get_running_loop()
     opts = options or ServerOptions()
     connections: set[Connection] = set()
-    server = await loop.create_server(lambda: Connection(dispatch, opts, connections), host, port,
-                                      reuse_address=True, backlog=4096)
-    return HttpServer(server, connections)
+    http = HttpServer(opts, connections)
+    http.server = await loop.create_server(lambda: Connection(dispatch, opts, connections, http), host, port,
+                                           reuse_address=True, backlog=4096)
+    http.start_sweeper()
+    return http

@@ -9,7 +9,7 @@ import signal
 from typing import Any
 
 from dataplane import httpserver
-from dataplane.edge import errors
+from dataplane.edge import door, errors
 from dataplane.edge.service import EdgeService, send_json
 from dataplane.edge.validation import CHAT, COMPLETION
 
@@ -67,6 +67,21 @@ class ConnectionSend:
 class EdgeApp:
     def __init__(self, service: EdgeService) -> None:
         self.service = service
+        s = service.settings
+        self.throttle = door.AddressThrottle(s.unauth_rate_per_s, s.unauth_burst)
+
+    def early(self, conn: httpserver.Connection, method: str, path: str,
+              headers: dict[bytes, bytes]) -> httpserver.EarlyAnswer | None:
+        """Before an inference request's body is read: without valid credentials it is answered now."""
+        if method != "POST" or path not in INFERENCE_ROUTES:
+            return None
+        exc = door.check_credentials(lambda: self.service.catalog, headers.get(b"authorization"))
+        if exc is None:
+            return None
+        exc = door.authentication_error(exc, self.throttle, conn.client)
+        self.service.metrics.child(self.service.metrics.unauthenticated, str(exc.status)).inc()
+        return exc.status, httpserver.render_headers([(b"content-type", httpserver.JSON_TYPE)] + [
+            (k.encode(), v.encode()) for k, v in exc.headers.items()]), exc.body()
 
     async def dispatch(self, request: httpserver.Request) -> None:
         path, method = request.path, request.method
@@ -76,6 +91,10 @@ class EdgeApp:
             if kind is not None:
                 if method != "POST":
                     raise errors.EdgeError(405, "Use POST.", code="method_not_allowed")
+                if not request.early_checked:  # a pipelined request: the early check did not run
+                    exc = door.check_credentials(lambda: self.service.catalog, request.headers.get(b"authorization"))
+                    if exc is not None:
+                        raise exc
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers.items()}
                 # A client that goes away cancels its request, which aborts the upstream call.
                 task = asyncio.current_task()
@@ -96,19 +115,20 @@ class EdgeApp:
             else:
                 raise errors.EdgeError(404, f"No route for {method} {path}.", code="not_found")
         except errors.EdgeError as exc:
+            if exc.status == 401:
+                exc = door.authentication_error(exc, self.throttle, request.conn.client)
+                self.service.metrics.child(self.service.metrics.unauthenticated, str(exc.status)).inc()
             await send_json(send, exc.status, exc.body(), exc.headers)
 
-    def server_options(self) -> httpserver.ServerOptions:
-        limit = self.service.settings.max_body_bytes
-        too_large = errors.EdgeError(413, f"Request body is larger than {limit} bytes.", code="request_too_large")
-        return httpserver.ServerOptions(max_body=limit, too_large_type=b"application/json",
-                                        too_large_body=too_large.body())
+    def server_options(self, fd_limit: int | None = None) -> httpserver.ServerOptions:
+        return door.server_options(self.service.settings, self.early,
+                                   httpserver.fd_limit() if fd_limit is None else fd_limit)
 
     async def serve_forever(self, host: str, port: int) -> None:
         """Start the service (snapshot, limits, usage), serve until SIGTERM/SIGINT, then stop
         accepting, let in-flight requests finish and flush usage."""
         await self.service.start()
-        server = await httpserver.serve(self.dispatch, host, port, self.server_options())
+        server = await httpserver.serve(self.dispatch, host, port, self.server_options(httpserver.fd_limit(True)))
         log.info("edge listening on %s:%d", host, port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

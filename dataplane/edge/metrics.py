@@ -101,6 +101,12 @@ class EdgeMetrics:
                                    ["model"], registry=r)
         self.cache_hits = Counter("nimbus_edge_response_cache_hits", "Exact-match response cache hits",
                                   ["model"], registry=r)
+        self.unauthenticated = Counter("nimbus_edge_unauthenticated", "Requests without valid credentials by answer "
+                                       "(401; 429 once the client address is past its rate)", ["code"], registry=r)
+        self.poison = Counter("nimbus_edge_request_faults", "Engine failures judged the request's own (a 4xx, or the "
+                              "same failure on a second replica), by kind", ["model", "kind"], registry=r)
+        self.upstream_paused = Counter("nimbus_edge_upstream_pauses", "Times a stream's engine connection was paused "
+                                       "because its client fell behind", registry=r)
         self.signals_published = Counter("nimbus_edge_signals_publishes",
                                          "Autoscaler signal publishes to Redis by result", ["result"], registry=r)
 

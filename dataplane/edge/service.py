@@ -51,7 +51,7 @@ from dataplane.edge.sse import (
     token_counts,
     usage_of_event,
 )
-from dataplane.edge.upstream import UpstreamClient, UpstreamError, UpstreamResponse
+from dataplane.edge.upstream import ConnectFailed, UpstreamClient, UpstreamError, UpstreamResponse
 from dataplane.edge.usage import UsageRecorder, make_event
 from dataplane.edge.validation import (
     CHAT,
@@ -74,8 +74,30 @@ SSE_HEADERS = [
 ]
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
-# Outcomes of one forwarding attempt.
-DONE_OK, DONE_ERROR, RETRY = "ok", "error", "retry"
+# Outcomes of one forwarding attempt (or a ``Failure``).
+DONE_OK, DONE_ERROR = "ok", "error"
+# Engine statuses that say "not now" about the replica, never "this request is bad".
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+
+
+@dataclass(slots=True)
+class Failure:
+    """One attempt that failed before the client saw a byte.
+
+    ``charged``: already counted against the replica's breaker (it could not be reached, or did
+    not answer in time: nothing the request's content did). Any other failure (an engine 5xx, a
+    reset or broken body after the request went out) might be the request's own doing; it is
+    counted only once another replica served the same request, and not at all if another replica
+    fails the same way (then the request is at fault, and the client is told so)."""
+
+    replica_id: str
+    kind: str  # "connect" | "timeout" | "http" | "broke"
+    status: int = 0
+    detail: bytes = b""
+    charged: bool = False
+
+    def same_as(self, other: Failure) -> bool:
+        return not self.charged and not other.charged and (self.kind, self.status) == (other.kind, other.status)
 
 
 @dataclass(slots=True)
@@ -127,6 +149,46 @@ def _reported(usage: dict[str, Any] | None) -> tuple[int, int] | None:
     return prompt, cached
 
 
+def _engine_message(data: bytes) -> str:
+    try:
+        obj = msgspec.json.decode(data)
+    except (msgspec.DecodeError, RecursionError):
+        obj = None
+    message = None
+    if isinstance(obj, dict):
+        inner = obj.get("error") if isinstance(obj.get("error"), dict) else obj
+        message = inner.get("message") or inner.get("detail")
+    if not isinstance(message, str) or not message:
+        message = data[:500].decode("utf-8", "replace").strip() or "The model engine refused the request."
+    return message[:2000]
+
+
+def engine_client_error(status: int, data: bytes) -> errors.EdgeError:
+    """An engine's 4xx as the client gets it: OpenAI's error shape; 413 and 422 kept, 429 as a rate
+    limit, any other 4xx a 400."""
+    message = _engine_message(data)
+    if status == 429:
+        return errors.EdgeError(429, message, type="rate_limit_error", code="engine_overloaded",
+                                headers={"retry-after": "1"})
+    return errors.EdgeError(status if status in (413, 422) else 400, message, code="engine_rejected_request")
+
+
+def engine_stream_refusal(event: bytes) -> errors.EdgeError | None:
+    """An engine's error event before any output, as a 4xx, if it says it is one."""
+    try:
+        obj = msgspec.json.decode(event[event.index(b"{"):])
+    except (ValueError, msgspec.DecodeError, RecursionError):
+        return None
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(err, dict):
+        return None
+    code = err.get("code")
+    status = code if isinstance(code, int) and not isinstance(code, bool) else 0
+    if 400 <= status < 500:
+        return engine_client_error(status, msgspec.json.encode(obj))
+    return None
+
+
 async def send_json(send: Send, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
     headers = JSON_HEADERS + _headers(extra or {})
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -155,7 +217,7 @@ class EdgeService:
         self.redis = None
         self.limiter = Limiter(None, settings.limits_fail_mode, settings.local_limit_share, settings.redis_retry_s)
         self.usage: UsageRecorder | None = None
-        self.upstream = UpstreamClient()
+        self.upstream = UpstreamClient(buffer_bytes=settings.upstream_buffer_bytes)
         self.health: HealthMonitor | None = None
         self._activation_sent: dict[str, float] = {}
         self._background: set[asyncio.Task] = set()
@@ -274,7 +336,7 @@ class EdgeService:
         catalog = self._catalog()
         tenant, key = authenticate(catalog, headers.get("authorization"))
         st.tenant, st.key = tenant, key
-        body = parse_json(raw, s.max_body_bytes)
+        body = parse_json(raw, s.max_body_bytes, s.max_json_depth)
         req = validate(kind, body, self.estimator, max_messages=s.max_messages, max_n=s.max_n)
         st.req, st.model = req, req.model
         st.priority = self._priority(key, req, headers)
@@ -318,19 +380,64 @@ class EdgeService:
         path = PATHS[kind]
         excluded: set[str] = set()
         self.router.retry_budget.on_request(time.monotonic())
-        for attempt in (0, 1):
+        first: Failure | None = None
+        for _attempt in (0, 1):
             ticket = await self._acquire(st, route_req, excluded)
             outcome = await self._forward(st, ticket, path, payload, send, ckey)
-            if outcome != RETRY:
+            if not isinstance(outcome, Failure):
+                if first is not None:  # another replica served it: the first one's failure was its own
+                    self._charge(first)
                 return
+            if first is not None:
+                raise self._judge(st, first, outcome)
+            first = outcome
             excluded.add(ticket.replica.id)
-            if attempt == 0 and self.router.retry_budget.try_spend(time.monotonic()):
-                self.metrics.child(self.metrics.retries, req.model, "before_first_byte").inc()
-                continue
-            if attempt == 0:
+            if not self._another_replica(st, excluded):
+                # Nobody to tell a bad replica from a bad request: answer now, blame nobody.
+                raise self._unverified(first)
+            if not self.router.retry_budget.try_spend(time.monotonic()):
                 self.metrics.child(self.metrics.retry_denied, req.model).inc()
-            break
-        raise errors.upstream_failed()
+                raise self._unverified(first)
+            self.metrics.child(self.metrics.retries, req.model, "before_first_byte").inc()
+        raise errors.upstream_failed()  # not reached: the second attempt returns or raises
+
+    def _charge(self, failure: Failure) -> None:
+        if not failure.charged:
+            failure.charged = True
+            self.router.breaker(failure.replica_id).on_failure(time.monotonic())
+
+    def _another_replica(self, st: RequestState, excluded: set[str]) -> bool:
+        catalog = self.catalog
+        if catalog is None or st.tenant is None or st.variant is None:
+            return False
+        replicas = catalog.candidates(st.tenant.id, st.variant.id)
+        return bool(self.router.eligible(catalog, replicas, time.monotonic(), excluded))
+
+    def _judge(self, st: RequestState, first: Failure, second: Failure) -> errors.EdgeError:
+        """Two replicas failed the same request before the first byte."""
+        assert st.req is not None
+        if first.same_as(second):
+            # The same failure on a second replica: the request did it. No breaker hears of it, and
+            # it is not tried a third time.
+            if second.kind == "http" and second.status in UNAVAILABLE_STATUSES:
+                self.metrics.child(self.metrics.poison, st.req.model, "unavailable").inc()
+                return errors.unavailable("The model's replicas are not taking requests right now.", 2.0,
+                                          code="engine_unavailable")
+            self.metrics.child(self.metrics.poison, st.req.model, f"{second.kind}_{second.status}").inc()
+            log.info("request %s failed the same way on replicas %s and %s (%s %s): the request's fault",
+                     st.request_id, first.replica_id, second.replica_id, second.kind, second.status)
+            return errors.EdgeError(
+                422, "The model engine failed on this request on two replicas; it cannot be processed as sent. "
+                     "Check its parameters.", code="engine_rejected_request")
+        self._charge(first)  # different failures on two replicas: each one's own
+        self._charge(second)
+        return errors.upstream_failed()
+
+    def _unverified(self, failure: Failure) -> errors.EdgeError:
+        if failure.kind == "http" and failure.status in UNAVAILABLE_STATUSES:
+            return errors.unavailable("The model replica is not taking requests right now.", 2.0,
+                                      code="engine_unavailable")
+        return errors.upstream_failed()
 
     @staticmethod
     def _priority(key: ApiKey, req: InferenceRequest, headers: dict[str, str]) -> str:
@@ -423,7 +530,7 @@ class EdgeService:
         self.admission.pump(ticket.replica.variant_id)
 
     async def _forward(self, st: RequestState, ticket: Ticket, path: str, payload: bytes, send: Send,
-                       ckey: str | None) -> str:
+                       ckey: str | None) -> str | Failure:
         assert st.req is not None
         req = st.req
         rid = ticket.replica.id
@@ -434,23 +541,29 @@ class EdgeService:
                 {"Content-Type": "application/json", "X-Request-Id": st.request_id},
                 connect_timeout=s.connect_timeout_s,
                 first_byte_timeout=s.stream_idle_timeout_s if req.stream else s.first_byte_timeout_s)
-        except (UpstreamError, TimeoutError, OSError) as exc:
+        except (ConnectFailed, TimeoutError) as exc:
+            # Not reached, or no answer in time: the replica's, whatever the request holds.
             log.info("replica %s failed before answering: %r", rid, exc)
             self.metrics.child(self.metrics.errors, req.model, rid, "connect").inc()
             self._release(st, ticket, False)
-            return RETRY
+            return Failure(rid, "timeout" if isinstance(exc, TimeoutError) else "connect", charged=True)
+        except (UpstreamError, OSError) as exc:
+            log.info("replica %s broke the connection before answering: %r", rid, exc)
+            self.metrics.child(self.metrics.errors, req.model, rid, "reset").inc()
+            self._release(st, ticket, None)
+            return Failure(rid, "broke")
         try:
             if resp.status >= 500:
                 self.metrics.child(self.metrics.errors, req.model, rid, f"http_{resp.status}").inc()
-                self._release(st, ticket, False)
-                return RETRY
+                self._release(st, ticket, None)  # judged once another replica has had the request
+                return Failure(rid, "http", resp.status)
             if resp.status != 200:
                 # The engine refused the request itself (a 4xx): not the replica's fault, not retried.
-                data = await resp.read(s.first_byte_timeout_s)
+                data = b""
+                with contextlib.suppress(UpstreamError, TimeoutError, OSError):
+                    data = await resp.read(min(s.first_byte_timeout_s, 10.0))
                 self._release(st, ticket, None)
-                st.status, st.http_status, st.response_started = "error", resp.status, True
-                await send_json(send, resp.status, data, {**st.rate_headers, "x-request-id": st.request_id})
-                return DONE_ERROR
+                raise engine_client_error(resp.status, data)
             if req.stream:
                 return await self._stream(st, ticket, resp, send)
             try:
@@ -458,8 +571,8 @@ class EdgeService:
             except (UpstreamError, TimeoutError, OSError) as exc:
                 log.info("replica %s failed while answering: %r", rid, exc)
                 self.metrics.child(self.metrics.errors, req.model, rid, "read").inc()
-                self._release(st, ticket, False)
-                return RETRY
+                self._release(st, ticket, None)
+                return Failure(rid, "broke")
             st.ttft_ms = (time.monotonic() - st.t0) * 1000
             try:
                 st.usage = msgspec.json.decode(data).get("usage")
@@ -474,7 +587,7 @@ class EdgeService:
         finally:
             resp.close()  # also aborts the engine's work when we leave early (client gone)
 
-    async def _stream(self, st: RequestState, ticket: Ticket, resp: UpstreamResponse, send: Send) -> str:
+    async def _stream(self, st: RequestState, ticket: Ticket, resp: UpstreamResponse, send: Send) -> str | Failure:
         assert st.req is not None
         req = st.req
         labels = (req.model, ticket.replica.id, st.priority)
@@ -559,10 +672,16 @@ class EdgeService:
         except (UpstreamError, TimeoutError, OSError) as exc:
             failure = exc
         resp.set_sink(None)  # whatever the engine still sends must not reach a finished response
+        if resp.pauses:
+            self.metrics.upstream_paused.inc(resp.pauses)
         if not st.response_started:
             self.metrics.child(self.metrics.errors, req.model, ticket.replica.id, "before_first_byte").inc()
-            self._release(st, ticket, False)
-            return RETRY
+            refused = next((engine_stream_refusal(ev) for ev in held if is_error_event(ev)), None)
+            if refused is not None:  # the engine refused the request in an error event: a 4xx
+                self._release(st, ticket, None)
+                raise refused
+            self._release(st, ticket, None)  # judged once another replica has had the request
+            return Failure(ticket.replica.id, "broke")
         if saw_done and not upstream_error:
             self._release(st, ticket, True, _reported(st.usage))
             st.status, st.http_status = "ok", 200

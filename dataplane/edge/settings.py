@@ -61,8 +61,36 @@ class EdgeSettings:
     region_fail_fraction: float = 0.5
     # Validation
     max_body_bytes: int = 4 * 1024 * 1024
+    max_json_depth: int = 64  # deeper JSON bodies get a 400 (a JSON schema in `tools` is rarely past 10)
     max_messages: int = 2048
     max_n: int = 8
+    # The HTTP server against hostile clients (dataplane/httpserver.py; nginx's names in brackets).
+    # A new connection's first request head, and any head once begun, within this [client_header_timeout].
+    header_timeout_s: float = 10.0
+    # A request's whole body within this after its head; a whole-body deadline, so a byte a second
+    # cannot hold a connection [client_body_timeout, which is between reads]. 4 MiB at ~1 Mbit/s.
+    body_timeout_s: float = 30.0
+    keep_alive_s: float = 75.0  # idle keep-alive connection [keepalive_timeout]; above the LBs' 60 s
+    # A client that reads none of its stream for this long is disconnected and its engine request
+    # aborted [send_timeout].
+    send_timeout_s: float = 60.0
+    max_header_bytes: int = 32 * 1024  # request line + headers [large_client_header_buffers 4 x 8k]: 431
+    max_headers: int = 100  # header fields per request: 431
+    # Client connections [limit_conn]; 0: derived from the open-file limit (raised to its hard limit at
+    # start), (RLIMIT_NOFILE - 256) // 2, since every client connection in flight also holds one to an
+    # engine. Past it a new connection gets 503 with Retry-After.
+    max_connections: int = 0
+    # Per client address; 0: a quarter of max_connections (a tenant behind one NAT address may run
+    # hundreds of streams; one address can never take all). Behind an L4 balancer that does not keep
+    # the client's address this is per balancer node: set it explicitly there.
+    max_connections_per_client: int = 0
+    # Unauthenticated requests (401) per client address: a token bucket of this rate and burst; past
+    # it such requests get 429 and their connection is closed.
+    unauth_rate_per_s: float = 5.0
+    unauth_burst: int = 20
+    # Engine-side back-pressure: a stream's body buffered in the edge beyond this pauses reading
+    # from the engine's connection until the client catches up.
+    upstream_buffer_bytes: int = 256 * 1024
     # Response cache
     response_cache_entries: int = 10_000
     response_cache_ttl_s: float = 600.0

@@ -11,6 +11,9 @@ does only what that call needs:
   fresh connection (the engine may have closed an idle connection), so that never reaches the
   breaker as a replica failure;
 * timeouts: connect, first response byte, and idle time between body chunks;
+* back-pressure: body bytes the reader has not taken are bounded (``buffer_bytes``); past the bound
+  the engine's connection stops being read until the reader comes back for more, so a client that
+  reads slowly slows the engine's socket (its own flow control) instead of growing the edge;
 * an optional *sink*: a synchronous callable that takes body bytes straight from the parser while
   the reader is parked waiting. A streamed token then costs no future, no timer and no task
   wake-up; only what the sink refuses (the first and last events, usage, errors, anything while
@@ -31,13 +34,21 @@ class UpstreamError(ConnectionError):
     """The replica could not be reached or broke the response."""
 
 
-class UpstreamResponse:
-    __slots__ = ("_chunks", "_conn", "_error", "_headers", "_idle_timeout", "_last_rx", "_loop", "_sink", "_waiter",
-                 "_watchdog", "complete", "keep_alive", "status")
+class ConnectFailed(UpstreamError):
+    """No connection to the replica: the request never reached it."""
 
-    def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop) -> None:
+
+class UpstreamResponse:
+    __slots__ = ("_buffered", "_chunks", "_conn", "_error", "_headers", "_idle_timeout", "_last_rx", "_limit", "_loop",
+                 "_paused", "_sink", "_waiter", "_watchdog", "complete", "keep_alive", "pauses", "status")
+
+    def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop, buffer_bytes: int = 256 * 1024) -> None:
         self._conn = conn
         self._loop = loop
+        self._limit = buffer_bytes
+        self._buffered = 0
+        self._paused = False
+        self.pauses = 0  # times the engine's connection was paused for this response
         self._headers: asyncio.Future = loop.create_future()
         self._chunks: deque[bytes] = deque()
         self._waiter: asyncio.Future | None = None
@@ -77,7 +88,31 @@ class UpstreamResponse:
                 self._fail(exc)
                 return
         self._chunks.append(data)
+        self._buffered += len(data)
+        if self._buffered > self._limit and not self._paused:
+            self._pause()
         self._wake()
+
+    def _pause(self) -> None:
+        transport = self._conn.transport if self._conn is not None else None
+        if transport is not None and not self._conn.closed:
+            try:
+                transport.pause_reading()
+            except (RuntimeError, AttributeError):  # closing already
+                return
+            self._paused = True
+            self.pauses += 1
+
+    def _resume(self) -> None:
+        if not self._paused:
+            return
+        self._paused = False
+        conn = self._conn
+        if conn is not None and conn.transport is not None and not conn.closed:
+            try:
+                conn.transport.resume_reading()
+            except (RuntimeError, AttributeError):
+                pass
 
     def _on_complete(self, keep_alive: bool) -> None:
         self.complete = True
@@ -124,12 +159,14 @@ class UpstreamResponse:
         while True:
             if self._chunks:
                 chunks = self._chunks
+                self._buffered = 0
                 yield chunks.popleft() if len(chunks) == 1 else b"".join([chunks.popleft() for _ in range(len(chunks))])
                 continue
             if self.complete:
                 return
             if self._error is not None:
                 raise UpstreamError(f"upstream broke the response: {self._error!r}")
+            self._resume()  # the reader is back for more: let the engine's bytes flow again
             self._waiter = self._loop.create_future()
             self._last_rx = self._loop.time()
             if self._watchdog is None:
@@ -165,6 +202,7 @@ class UpstreamResponse:
         """Give the connection back if the response is complete, else abort it."""
         self._cancel_watchdog()
         self._sink = None
+        self._resume()
         conn = self._conn
         if conn is None:
             return
@@ -247,13 +285,14 @@ class _HostPool:
             async with asyncio.timeout(limit_s):
                 _, conn = await loop.create_connection(lambda: _Conn(self), self.host, self.port)
         except (OSError, TimeoutError) as exc:
-            raise UpstreamError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+            raise ConnectFailed(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
         return conn
 
 
 class UpstreamClient:
-    def __init__(self, max_idle_per_host: int = 256) -> None:
+    def __init__(self, max_idle_per_host: int = 256, buffer_bytes: int = 256 * 1024) -> None:
         self.max_idle_per_host = max_idle_per_host
+        self.buffer_bytes = buffer_bytes
         self._pools: dict[str, tuple[_HostPool, bytes]] = {}
 
     def _pool(self, base_url: str) -> tuple[_HostPool, bytes]:
@@ -280,7 +319,7 @@ class UpstreamClient:
             reused = conn is not None
             if conn is None:
                 conn = await pool.connect(connect_timeout)
-            resp = UpstreamResponse(conn, loop)
+            resp = UpstreamResponse(conn, loop, self.buffer_bytes)
             conn.response = resp
             conn.used += 1
             assert conn.transport is not None

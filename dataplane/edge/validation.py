@@ -1,9 +1,14 @@
-"""Request validation: size, schema, and the facts routing and limits need (prompt text, token estimate).
+"""Request validation: size, nesting, schema, and the facts routing and limits need (prompt text,
+token estimate).
 
-Pure functions; the caller turns ``EdgeError`` into an OpenAI-style 400."""
+Pure functions; the caller turns ``EdgeError`` into an OpenAI-style 400. Whatever a client sends,
+the answer is a 4xx naming the ``param`` at fault, never a 5xx: every field the edge or an engine
+reads is type-checked here (ranges and meaning beyond that are the engine's to judge, and an
+engine's 4xx reaches the client as such)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +23,9 @@ CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "fun
 DEFAULT_MAX_TOKENS = 256
 # Request fields that are edge-only and must not reach the engine.
 EDGE_ONLY_FIELDS = ("priority",)
+MAX_JSON_DEPTH = 64
+MAX_MODEL_NAME = 256
+MAX_TOKENS_CAP = 2**31 - 1
 
 
 @dataclass(slots=True)
@@ -53,16 +61,115 @@ class TokenEstimator:
             self.chars_per_token += 0.02 * (chars / tokens - self.chars_per_token)
 
 
-def parse_json(raw: bytes, max_bytes: int) -> dict[str, Any]:
+def parse_json(raw: bytes, max_bytes: int, max_depth: int = MAX_JSON_DEPTH) -> dict[str, Any]:
+    """The body as a JSON object, or a 413 (size) / 400 (not JSON, not an object, nested deeper
+    than ``max_depth``). Nesting is checked before any other work looks at the body."""
     if len(raw) > max_bytes:
         raise errors.EdgeError(413, f"Request body is larger than {max_bytes} bytes.", code="request_too_large")
     try:
         body = msgspec.json.decode(raw)
+    except RecursionError:  # msgspec's own bound (the interpreter's recursion limit)
+        raise _too_deep(max_depth) from None
     except msgspec.DecodeError as exc:
         raise errors.bad_request(f"The body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(body, dict):
         raise errors.bad_request("The body must be a JSON object.", code="invalid_json")
+    # A body with fewer brackets than the bound cannot nest past it: the common case costs two
+    # C-speed scans and no walk.
+    if max_depth and raw.count(b"{") + raw.count(b"[") > max_depth and json_depth(body, max_depth) > max_depth:
+        raise _too_deep(max_depth)
     return body
+
+
+def _too_deep(max_depth: int) -> errors.EdgeError:
+    return errors.bad_request(f"The body nests JSON deeper than {max_depth} levels.", code="json_too_deep")
+
+
+def json_depth(obj: Any, stop_past: int) -> int:
+    """Nesting depth of decoded JSON (a scalar is 0, ``{}`` is 1), without recursion; stops as soon
+    as it passes ``stop_past``."""
+    deepest = 0
+    stack = [(obj, 1)] if isinstance(obj, dict | list) else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > stop_past:
+                return deepest
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return deepest
+
+
+def _kind(value: Any) -> str:
+    """How an error message names a value it got: a short repr for scalars, the type otherwise."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:40] + "...")
+    if value is None or isinstance(value, bool | int | float):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:40] + "..."
+    return "an object" if isinstance(value, dict) else "an array"
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_text(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_str_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _is_object_list(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(t, dict) for t in v)
+
+
+_BOOL, _INT, _NUM, _STR = "a boolean", "an integer", "a number", "a string"
+# The types of the optional fields engines read (OpenAI's and SGLang's extras).
+OPTIONAL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "stop": (lambda v: isinstance(v, str) or _is_str_list(v), "a string or an array of strings"),
+    "stop_token_ids": (lambda v: isinstance(v, list) and all(_is_int(x) for x in v), "an array of integers"),
+    "seed": (_is_int, _INT),
+    "user": (_is_text, _STR),
+    "top_logprobs": (_is_int, _INT),
+    "top_k": (_is_int, _INT),
+    "min_p": (_is_num, _NUM),
+    "repetition_penalty": (_is_num, _NUM),
+    "min_tokens": (_is_int, _INT),
+    "best_of": (_is_int, _INT),
+    "logit_bias": (lambda v: isinstance(v, dict) and all(_is_num(x) for x in v.values()),
+                   "an object of token ids to numbers"),
+    "response_format": (lambda v: isinstance(v, dict) and isinstance(v.get("type"), str),
+                        "an object with a string `type`"),
+    "tools": (_is_object_list, "an array of objects"),
+    "tool_choice": (lambda v: isinstance(v, str | dict), "a string or an object"),
+    "suffix": (_is_text, _STR),
+    "regex": (_is_text, _STR),
+    "ebnf": (_is_text, _STR),
+    "json_schema": (_is_text, _STR),
+    "metadata": (lambda v: isinstance(v, dict), "an object"),
+    "modalities": (_is_str_list, "an array of strings"),
+    **{name: (_is_bool, _BOOL) for name in ("ignore_eos", "skip_special_tokens", "echo", "parallel_tool_calls",
+                                           "no_stop_trim", "continue_final_message", "separate_reasoning",
+                                           "store")},
+}
+MESSAGE_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "name": (_is_text, _STR),
+    "tool_call_id": (_is_text, _STR),
+    "tool_calls": (_is_object_list, "an array of objects"),
+}
 
 
 def _content_text(content: Any, where: str) -> str:
@@ -73,11 +180,12 @@ def _content_text(content: Any, where: str) -> str:
     if isinstance(content, list):
         parts = []
         for i, part in enumerate(content):
-            if not isinstance(part, dict) or "type" not in part:
-                raise errors.bad_request(f"{where}[{i}] must be an object with a `type`.", param=where)
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise errors.bad_request(f"{where}[{i}] must be an object with a string `type`.",
+                                         param=f"{where}[{i}]")
             if part["type"] == "text":
                 if not isinstance(part.get("text"), str):
-                    raise errors.bad_request(f"{where}[{i}].text must be a string.", param=where)
+                    raise errors.bad_request(f"{where}[{i}].text must be a string.", param=f"{where}[{i}].text")
                 parts.append(part["text"])
         return "".join(parts)
     raise errors.bad_request(f"{where} must be a string or a list of content parts.", param=where)
@@ -94,11 +202,17 @@ def chat_prompt_text(messages: Any, max_messages: int) -> str:
         if not isinstance(msg, dict):
             raise errors.bad_request(f"{where} must be an object.", param=where)
         role = msg.get("role")
-        if role not in CHAT_ROLES:
+        if not isinstance(role, str) or role not in CHAT_ROLES:
             raise errors.bad_request(
-                f"{where}.role must be one of {sorted(CHAT_ROLES)}, got {role!r}.", param=f"{where}.role")
+                f"{where}.role must be one of {sorted(CHAT_ROLES)}, got {_kind(role)}.", param=f"{where}.role")
         if "content" not in msg and role != "assistant":
             raise errors.bad_request(f"{where}.content is required.", param=f"{where}.content")
+        if len(msg) > 2:
+            for name, value in msg.items():
+                found = MESSAGE_FIELDS.get(name)
+                if found is not None and value is not None and not found[0](value):
+                    raise errors.bad_request(f"{where}.{name} must be {found[1]}, got {_kind(value)}.",
+                                             param=f"{where}.{name}")
         # The role markers keep two conversations with equal text but different turns apart.
         pieces.append(f"<|{role}|>{_content_text(msg.get('content'), f'{where}.content')}")
     return "\n".join(pieces)
@@ -112,7 +226,7 @@ def completion_prompt_text(prompt: Any) -> str:
             raise errors.bad_request("Batched prompts are not supported; send one prompt per request.",
                                      param="prompt")
         return prompt[0]
-    if isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
+    if isinstance(prompt, list) and prompt and all(_is_int(p) for p in prompt):
         return " ".join(map(str, prompt))
     raise errors.bad_request("`prompt` must be a non-empty string.", param="prompt")
 
@@ -121,7 +235,7 @@ def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> None:
     value = body.get(name)
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+    if not _is_num(value) or not lo <= value <= hi:
         raise errors.bad_request(f"`{name}` must be a number between {lo} and {hi}.", param=name)
 
 
@@ -129,22 +243,33 @@ def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_
              max_n: int = 8) -> InferenceRequest:
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise errors.bad_request("`model` is required.", param="model")
+        raise errors.bad_request("`model` is required and must be a string.", param="model")
+    if len(model) > MAX_MODEL_NAME:
+        raise errors.bad_request(f"`model` is longer than {MAX_MODEL_NAME} characters.", param="model")
     if kind == CHAT:
         prompt_text = chat_prompt_text(body.get("messages"), max_messages)
     else:
         prompt_text = completion_prompt_text(body.get("prompt"))
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    tokens_field = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = body.get(tokens_field)
     if max_tokens is None:
         max_tokens = DEFAULT_MAX_TOKENS
-    elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise errors.bad_request("`max_tokens` must be a positive integer.", param="max_tokens")
+    elif not _is_int(max_tokens) or not 1 <= max_tokens <= MAX_TOKENS_CAP:
+        raise errors.bad_request(f"`{tokens_field}` must be a positive integer.", param=tokens_field)
+    for name, value in body.items():  # a request has a handful of fields; the table has dozens
+        found = OPTIONAL_FIELDS.get(name)
+        if found is not None and value is not None and not found[0](value):
+            raise errors.bad_request(f"`{name}` must be {found[1]}, got {_kind(value)}.", param=name)
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not (_is_bool(logprobs) if kind == CHAT else _is_int(logprobs)):
+        raise errors.bad_request(f"`logprobs` must be {_BOOL if kind == CHAT else _INT}, got {_kind(logprobs)}.",
+                                 param="logprobs")
     _number(body, "temperature", 0, 2)
     _number(body, "top_p", 0, 1)
     _number(body, "presence_penalty", -2, 2)
     _number(body, "frequency_penalty", -2, 2)
     n = body.get("n", 1)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= max_n:
+    if not _is_int(n) or not 1 <= n <= max_n:
         raise errors.bad_request(f"`n` must be an integer between 1 and {max_n}.", param="n")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
@@ -152,9 +277,12 @@ def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_
     opts = body.get("stream_options")
     if opts is not None and not isinstance(opts, dict):
         raise errors.bad_request("`stream_options` must be an object.", param="stream_options")
+    if opts and opts.get("include_usage") is not None and not isinstance(opts["include_usage"], bool):
+        raise errors.bad_request("`stream_options.include_usage` must be a boolean.",
+                                 param="stream_options.include_usage")
     include_usage = bool(stream and opts and opts.get("include_usage"))
     priority = body.get("priority")
-    if priority is not None and priority not in PRIORITIES:
+    if priority is not None and (not isinstance(priority, str) or priority not in PRIORITIES):
         raise errors.bad_request(f"`priority` must be one of {list(PRIORITIES)}.", param="priority")
     temperature = body.get("temperature", 1.0)
     deterministic = n == 1 and (temperature == 0 or body.get("top_k") == 1)
