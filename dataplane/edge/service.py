@@ -404,7 +404,9 @@ class EdgeService:
     def _charge(self, failure: Failure) -> None:
         if not failure.charged:
             failure.charged = True
-            self.router.breaker(failure.replica_id).on_failure(time.monotonic())
+            breaker = self.router.breaker(failure.replica_id)
+            breaker.on_failure(time.monotonic())
+            self.metrics.child(self.metrics.breaker_open, failure.replica_id).set(1 if breaker.state == OPEN else 0)
 
     def _another_replica(self, st: RequestState, excluded: set[str]) -> bool:
         catalog = self.catalog
@@ -524,8 +526,12 @@ class EdgeService:
                  reported: tuple[int, int] | None = None) -> None:
         if not ticket.closed:
             self.share_guard(ticket.replica.variant_id).released(ticket.tenant_id)
-        self.router.release(ticket, ok, time.monotonic(), reported)
         rid = ticket.replica.id
+        breaker = self.router.breaker(rid)
+        before = breaker.state
+        self.router.release(ticket, ok, time.monotonic(), reported)
+        if breaker.state != before:
+            self.metrics.child(self.metrics.breaker_open, rid).set(1 if breaker.state == OPEN else 0)
         self.metrics.child(self.metrics.inflight, rid).set(self.router.load(rid).inflight)
         self.admission.pump(ticket.replica.variant_id)
 
