@@ -105,16 +105,16 @@ class Limits:
     max_lock_s: float
     decay_s: float
 
-    def failures_now(self, state: dict | None, now: float) -> float:
-        """Failures still counted: one leaks away per ``decay_s`` after the bucket's wait ended
+    def failures_now(self, state: dict | None, now: float) -> int:
+        """Failures still counted: one leaks away per whole ``decay_s`` after the bucket's wait ended
         (waiting out a backoff or a lock does not itself forgive anything)."""
         if not state:
-            return 0.0
-        return max(0.0, state.get("f", 0.0) - max(0.0, now - state.get("next", 0.0)) / self.decay_s)
+            return 0
+        leaked = math.floor(max(0.0, now - state.get("next", 0.0)) / self.decay_s)
+        return max(0, int(state.get("f", 0)) - leaked)
 
-    def wait_after(self, failures: float) -> tuple[float, bool]:
+    def wait_after(self, failures: int) -> tuple[float, bool]:
         """(seconds before the next try, whether that is a lock) after ``failures`` failures."""
-        failures = math.floor(failures + 1e-9)
         if failures >= self.lock_after:
             return min(self.lock_s * 2.0 ** min(failures - self.lock_after, 32), self.max_lock_s), True
         if failures <= self.free:
@@ -165,13 +165,14 @@ Write = tuple[str, str, dict[str, float] | None, float]  # (op "set"|"del", key,
 
 
 class _MemoryStore:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._data: dict[str, tuple[float, dict[str, float]]] = {}
         self._lock = asyncio.Lock()
+        self._clock = clock
 
     async def transact(self, keys: list[str], fn: Callable[[list[dict | None]], tuple[Any, list[Write]]]) -> Any:
         async with self._lock:
-            now = time.time()
+            now = self._clock()
             states = []
             for key in keys:
                 entry = self._data.get(key)
@@ -254,8 +255,10 @@ def client_address(peer: str | None, forwarded_for: str | None, trusted: list[st
 
 
 class SigninThrottle:
-    def __init__(self, settings: ThrottleSettings, redis_url: str | None) -> None:
+    def __init__(self, settings: ThrottleSettings, redis_url: str | None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.settings = s = settings
+        self.clock = clock
         self.limits: dict[Scope, Limits] = {
             "pair": Limits(s.free_failures, s.lock_after, s.backoff_base_s, s.backoff_max_s, s.lock_s, s.lock_max_s,
                            s.decay_s),
@@ -264,7 +267,7 @@ class SigninThrottle:
             "address": Limits(s.address_free_failures, s.address_lock_after, s.backoff_base_s, s.backoff_max_s,
                               s.lock_s, s.lock_max_s, s.address_decay_s),
         }
-        self._memory = _MemoryStore()
+        self._memory = _MemoryStore(clock)
         self._redis = _RedisStore(redis_url) if s.store != "memory" and redis_url else None
         self._redis_down_until = 0.0
 
@@ -278,13 +281,13 @@ class SigninThrottle:
 
     async def _transact(self, sub: Subject, fn) -> Any:
         keys = self._keys(sub)
-        if self._redis is not None and time.time() >= self._redis_down_until:
+        if self._redis is not None and time.monotonic() >= self._redis_down_until:
             try:
                 return await self._redis.transact(keys, fn)
             except StoreUnavailable as exc:
                 if self.settings.store == "redis":
                     raise
-                self._redis_down_until = time.time() + _RETRY_REDIS_S
+                self._redis_down_until = time.monotonic() + _RETRY_REDIS_S
                 log.warning("sign-in throttle: Redis unavailable (%s); counting in this process for %.0f s",
                             exc.__class__.__name__, _RETRY_REDIS_S)
         return await self._memory.transact(keys, fn)
@@ -314,7 +317,7 @@ class SigninThrottle:
             failures = limits.failures_now(states[i], now) + 1
             d, is_lock = limits.wait_after(failures)
             if i == 0:
-                pair_failures = math.floor(failures + 1e-9)
+                pair_failures = failures
             if d > wait:
                 wait, locked, scope = d, is_lock, name
             writes.append(("set", keys[i], {"f": failures, "next": now + d, "locked": int(is_lock)},
@@ -330,11 +333,11 @@ class SigninThrottle:
         keys = self._keys(sub)
 
         def fn(states):
-            now = time.time()
+            now = self.clock()
             wait, locked, scope = self._blocking(states, now)
             known, had_pair = states[3] is not None, states[0] is not None
             if wait > 0:
-                pair_f = math.floor(self.limits["pair"].failures_now(states[0], now) + 1e-9)
+                pair_f = self.limits["pair"].failures_now(states[0], now)
                 return Verdict(False, wait, locked, scope, pair_f, known, had_pair=had_pair), []
             if not precount:
                 return Verdict(True, known_pair=known, had_pair=had_pair), []
@@ -354,7 +357,7 @@ class SigninThrottle:
         keys = self._keys(sub)
 
         def fn(states):
-            writes, d, is_lock, scope, pair_f = self._count(states, keys, time.time())
+            writes, d, is_lock, scope, pair_f = self._count(states, keys, self.clock())
             return Verdict(True, d, is_lock, scope, pair_f, states[3] is not None), writes
 
         return await self._transact(sub, fn)
@@ -369,7 +372,7 @@ class SigninThrottle:
         s = self.settings
 
         def fn(states):
-            now = time.time()
+            now = self.clock()
             writes: list[Write] = [("del", keys[0], None, 0.0)] if states[0] else []
             if states[3] is None and s.known_pair_s > 0:
                 writes.append(("set", keys[3], {"at": now}, s.known_pair_s))
@@ -394,7 +397,7 @@ class SigninThrottle:
 
     async def reset(self) -> None:
         """Forgets every bucket (tests, and an operator clearing a lock-out)."""
-        self._memory = _MemoryStore()
+        self._memory = _MemoryStore(self.clock)
         if self._redis is not None:
             try:
                 async for key in self._redis.client.scan_iter(match=f"{self.settings.key_prefix}*", count=500):
