@@ -71,15 +71,36 @@ def _openai_stop_token_ids(value) -> frozenset[int]:
     return frozenset(value)
 
 
+_TRUE, _FALSE = {"1", "on", "t", "true", "y", "yes"}, {"0", "off", "f", "false", "n", "no"}
+
+
+def lax_bool(value, name: str) -> bool:
+    """A boolean field the way pydantic's lax mode (SGLang's request validation) reads it."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+        return value.lower() in _TRUE
+    raise ValidationFailed(f"{name}: Input should be a valid boolean, got {value!r}")
+
+
+def lax_int(value, name: str) -> int:
+    """An integer field the way pydantic's lax mode reads it (``5``, ``"5"``, ``5.0``)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise ValidationFailed(f"{name}: Input should be a valid integer, got {value!r}")
+
+
 def priority_field(body: dict) -> int | None:
     """``priority`` (native and OpenAI): an integer or null; the engine ignores it unless
     ``--enable-priority-scheduling``."""
     value = body.get("priority")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationFailed(f"priority: Input should be a valid integer, got {value!r}")
-    return value
+    return None if value is None else lax_int(value, "priority")
 
 
 def _int_or_none(value, name: str) -> int | None:
@@ -115,8 +136,8 @@ def parse_generate(body: dict) -> list[GenerationSpec]:
     ignore_eos = bool(params.get("ignore_eos", False))
     seed = _int_or_none(params.get("sampling_seed"), "sampling_seed")
     priority = priority_field(body)
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise ValidationFailed(f"stream: Input should be a valid boolean, got {body['stream']!r}")
+    if body.get("stream") is not None:
+        body["stream"] = lax_bool(body["stream"], "stream")
     return [GenerationSpec(p, max_new, stop, stop_ids, ignore_eos, seed, priority) for p in prompts]
 
 

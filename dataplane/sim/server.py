@@ -17,6 +17,7 @@ scheduler step that produces a token calls it, which writes the SSE event to the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -36,7 +37,7 @@ log = logging.getLogger("nimbus.sim")
 _decode = msgspec.json.Decoder()
 _encode = msgspec.json.Encoder().encode
 HEALTH_GENERATE_TIMEOUT_S = 20.0
-SHUTDOWN_GRACE_S = 3.0
+SHUTDOWN_POLL_S = 0.05
 VERSION = "0.5.0-nimbus-sim"
 FLUSH_NOTE = ("Please check backend logs for more details. (When there are running or waiting requests, "
               "the operation will not be performed.)\n")
@@ -56,7 +57,8 @@ class SimServer:
         )
         self.engine = SimEngine(config, faults=self.faults)
         self.ready_at = time.monotonic() + ready_delay
-        self.draining = False
+        self.draining = False  # /_sim/drain: the simulator's own gate (SGLang has no drain endpoint)
+        self.shutting_down = False  # SIGTERM: SGLang's graceful exit (health 503, work finishes, then exit)
         get, post, delete = "GET", "POST", "DELETE"
         self.routes: dict[tuple[str, str], Handler] = {
             (post, "/generate"): self.generate,
@@ -109,17 +111,23 @@ class SimServer:
         server = await http.serve(self.dispatch, self.config.host, self.config.port)
         engine_task = asyncio.ensure_future(self.engine.run(on_crash=self._crash))
         loop.call_later(max(0.0, self.ready_at - time.monotonic()), self._announce_ready)
-        stop = asyncio.Event()
+        stop, again = asyncio.Event(), asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
-        # Graceful: stop accepting, give in-flight requests a moment, then go.
+        # Graceful, as SGLang's tokenizer manager does on SIGTERM: health checks answer 503 at once,
+        # requests keep being served (new ones too), and the process exits once none is left. A
+        # second signal exits at once. (SGLang polls for "no request left" every 5 s; we poll faster.)
+        self.shutting_down = True
+        log.info("SIGTERM received: finishing %d request(s) before exiting", self._in_flight())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, again.set)
+        while self.engine.has_work() and not again.is_set():
+            # Polling, as SGLang's watchdog does (the engine has no "idle" event); a second signal wakes it.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(again.wait(), SHUTDOWN_POLL_S)
+        await asyncio.sleep(SHUTDOWN_POLL_S)  # let the last responses be written
         server.close()
-        self.draining = True
-        for _ in range(int(SHUTDOWN_GRACE_S / 0.05)):  # polling: the engine has no "idle" event
-            if not self.engine.has_work():
-                break
-            await asyncio.sleep(0.05)
         engine_task.cancel()
 
     def _announce_ready(self) -> None:
@@ -254,14 +262,14 @@ class SimServer:
     async def health(self, req: http.Request) -> None:
         while self.faults.hang:  # a hung engine never answers; the caller's timeout decides
             await self.faults.changed.wait()
-        healthy = self.ready and not self.draining and self.faults.health == "ok"
+        healthy = self.ready and not self.draining and not self.shutting_down and self.faults.health == "ok"
         req.send(200 if healthy else 503, b"")
 
     async def health_generate(self, req: http.Request) -> None:
         """Healthy once the engine makes progress after the check began (SGLang's semantics): any
         token of any request counts. Idle, a one-token probe (no metrics) makes that progress; busy,
         no probe is queued, so a saturated engine that is still decoding answers within a step."""
-        if not self.ready or self.draining or self.faults.health != "ok":
+        if not self.ready or self.draining or self.shutting_down or self.faults.health != "ok":
             req.send(503, b"")
             return
         engine = self.engine
@@ -277,7 +285,7 @@ class SimServer:
                 w.cancel()
             if probe is not None and not probe.done:
                 engine.abort(probe)  # answered by other progress first: the probe's slot is not needed
-        req.send(200 if done and not self.draining else 503, b"")
+        req.send(200 if done and not (self.draining or self.shutting_down) else 503, b"")
 
     async def model_info(self, req: http.Request) -> None:
         req.json(200, {
@@ -411,9 +419,12 @@ class SimServer:
         self.draining = False
         req.json(200, self._drain_state())
 
-    def _drain_state(self) -> dict:
+    def _in_flight(self) -> int:
         e = self.engine
-        return {"draining": self.draining, "in_flight": len(e.running) + len(e.waiting) + (1 if e.chunked else 0)}
+        return len(e.running) + len(e.waiting) + (1 if e.chunked and e.chunked not in e.running else 0)
+
+    def _drain_state(self) -> dict:
+        return {"draining": self.draining, "in_flight": self._in_flight()}
 
     async def stats(self, req: http.Request) -> None:
         e = self.engine
