@@ -117,6 +117,7 @@ class SimRequest:
     last_token_at: float | None = None
     finished_at: float | None = None
     aborted: bool = False
+    abort_message: str = "Client disconnected"
     log_metrics: bool = True  # False for health probes (SGLang sends them with log_metrics=False)
     priority: int = 0
     event: asyncio.Event = field(default_factory=asyncio.Event)
@@ -247,16 +248,29 @@ class SimEngine:
         return req
 
     def abort(self, req: SimRequest, message: str = "Client disconnected") -> None:
-        """Client went away: stop spending (simulated) GPU time on it."""
+        """Client went away (or ``/abort_request``): stop spending (simulated) GPU time on it."""
         if req.done:
             return
         req.aborted = True
+        req.abort_message = message
         if req in self.waiting:
             self.waiting.remove(req)
             self._finish(req, {"type": "abort", "message": message}, self.now())
         # A running or chunked request is reaped at the next step boundary (the GPU cannot
         # stop a kernel half-way either).
         self._wake.set()
+
+    def abort_rid(self, rid: str = "", abort_all: bool = False) -> int:
+        """SGLang's AbortReq: every request whose rid starts with ``rid`` (or all of them). A queued
+        one finishes with "Abort in waiting queue" (SGLang's message); a running one at the next step."""
+        if not rid and not abort_all:
+            return 0  # SGLang ignores an empty rid without abort_all (it would match everything)
+        live = [*self.waiting, *self.running, *([self.chunked] if self.chunked else [])]
+        hits = [r for r in live if r.log_metrics and (abort_all or r.rid.startswith(rid))]
+        for req in hits:
+            queued = req in self.waiting
+            self.abort(req, "Abort in waiting queue" if queued else "Abort request")
+        return len(hits)
 
     # -- KV accounting -----------------------------------------------------------------------
     def used_tokens(self) -> int:
@@ -421,11 +435,11 @@ class SimEngine:
         for req in [r for r in self.running if r.aborted]:
             self.running.remove(req)
             self._release(req)
-            self._finish(req, {"type": "abort", "message": "Client disconnected"}, self.now())
+            self._finish(req, {"type": "abort", "message": req.abort_message}, self.now())
         if self.chunked is not None and self.chunked.aborted:
             req, self.chunked = self.chunked, None
             self._release(req)
-            self._finish(req, {"type": "abort", "message": "Client disconnected"}, self.now())
+            self._finish(req, {"type": "abort", "message": req.abort_message}, self.now())
 
     # -- applying a step ---------------------------------------------------------------------
     def complete(self, step: Step, now: float) -> None:
@@ -448,7 +462,7 @@ class SimEngine:
                 if self.chunked is req:
                     self.chunked = None
                 self._release(req)
-                self._finish(req, {"type": "abort", "message": "Client disconnected"}, now)
+                self._finish(req, {"type": "abort", "message": req.abort_message}, now)
                 continue
             self._attach(req, req.prefilled)
             if req.prefilled < len(req.tokens()):

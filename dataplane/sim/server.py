@@ -74,6 +74,7 @@ class SimServer:
             (get, "/server_info"): self.server_info,
             (get, "/get_load"): self.get_load,
             (post, "/flush_cache"): self.flush_cache,
+            (post, "/abort_request"): self.abort_request,
             (get, "/flush_cache"): self.flush_cache,
             (get, "/metrics"): self.metrics,
             (get, "/_sim/faults"): self.faults_get,
@@ -231,9 +232,9 @@ class SimServer:
             sims[0].listener = NativeStream(req, self.config.stream_interval)
             return
         await self._when_done(sims)
-        if any(self._aborted(s) for s in sims):
-            req.json(400, {"error": {"message": sims[0].finish_reason["message"]}})
-            return
+        # An aborted request (client gone, /abort_request) is answered like any other, its
+        # finish_reason {"type": "abort", "message": ...}: SGLang raises only for aborts that carry
+        # a 400/500/503 status, and the simulator's aborts carry none.
         results = [protocol.generate_payload(s) for s in sims]
         req.json(200, results if protocol.is_batch(data) else results[0])
 
@@ -336,6 +337,16 @@ class SimServer:
             "num_waiting_reqs": len(engine.waiting),
             "num_tokens": engine.used_tokens(),
         }])
+
+    async def abort_request(self, req: http.Request) -> None:
+        try:
+            data = self._parse_body(req.body)
+        except protocol.BadRequest as exc:
+            req.json(400, {"error": {"message": str(exc)}})
+            return
+        rid = data.get("rid") or ""
+        self.engine.abort_rid(rid if isinstance(rid, str) else "", bool(data.get("abort_all", False)))
+        req.send(200, b"")
 
     async def flush_cache(self, req: http.Request) -> None:
         # SGLang sends the same text either way; only the status tells success (200) from refusal (400).
@@ -457,10 +468,7 @@ class NativeStream:
         if not sim.done and count - self.sent < self.interval:
             return
         self.sent = count
-        if SimServer._aborted(sim):
-            self.req.sse({"error": {"message": sim.finish_reason["message"]}})
-        else:
-            self.req.sse(protocol.generate_payload(sim))
+        self.req.sse(protocol.generate_payload(sim))  # an abort ends the stream with finish_reason "abort"
         if sim.done:
             self.req.sse_done()
 

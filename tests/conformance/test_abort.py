@@ -63,3 +63,30 @@ def test_disconnecting_from_a_non_streaming_request_aborts_it(engine: Engine):
     # SGLang notices a gone non-streaming client when it next checks (every few seconds while
     # queued, at its next partial output while running); the bound leaves room for both.
     wait_idle_after_disconnect(engine, generated)
+
+
+def test_abort_request_ends_a_waiting_client_with_finish_reason_abort(engine: Engine):
+    idle(engine)
+    out: list[httpx.Response] = []
+
+    def call() -> None:
+        with engine.client(timeout=120) as c:
+            out.append(c.post("/generate", json={"input_ids": prompt_ids(30), "rid": "conformance-abort-me",
+                                                 "sampling_params": {"max_new_tokens": LONG, "ignore_eos": True}}))
+
+    import threading
+
+    t = threading.Thread(target=call)
+    t.start()
+    deadline = time.monotonic() + 20
+    while engine.in_flight() == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    with engine.client() as c:
+        assert c.post("/abort_request", json={"rid": "conformance-abort-me"}).status_code == 200
+    t.join(30)
+    assert out and out[0].status_code == 200, out and out[0].text
+    meta = out[0].json()["meta_info"]
+    assert meta["id"] == "conformance-abort-me" and meta["finish_reason"]["type"] == "abort"
+    assert meta["completion_tokens"] < LONG
+    idle(engine, timeout=10)
