@@ -5,7 +5,7 @@ TOOLS   ?= .venv-tools
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup run test test-fast bench lint fmt migrate clean
+.PHONY: setup run test test-fast bench lint fmt migrate clean conformance
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,11 @@ run: $(STAMP)  ## bring the whole platform up on this machine (embedded, no exte
 
 test: setup  ## run the whole test suite (needs Postgres, Redis, RabbitMQ on localhost)
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The engine conformance suite: a simulator by default; NIMBUS_ENGINE_URL=http://gpu-node:30000
+# points the same assertions at a real SGLang server (dataplane/sim/CONFORMANCE.md).
+conformance: $(STAMP)  ## engine conformance (NIMBUS_ENGINE_URL=http://host:30000 for a real SGLang node)
+	$(BIN)/pytest -q -p no:cacheprovider tests/conformance
 
 bench: $(STAMP)  ## reproducible benchmarks; each prints its own table
 	$(BIN)/python -m bench.controlplane.api_latency
