@@ -53,8 +53,10 @@ def create_app(settings: Settings | None = None, extra_handlers: list | None = N
         try:
             yield
         finally:
-            await app.state.signin_throttle.aclose()
-            await engine.dispose()
+            try:
+                await app.state.signin_throttle.aclose()
+            finally:
+                await engine.dispose()
 
     openapi = OpenAPIConfig(
         title="Nimbus control plane",

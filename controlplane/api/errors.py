@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import re
 
 import msgspec
 from litestar import MediaType, Request, Response
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import ClientException, HTTPException, ValidationException
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from sqlalchemy.exc import DataError, IntegrityError
 
@@ -36,12 +37,21 @@ def problem(request: Request, status: int, detail: str, errors: list[FieldProble
     return Response(content=msgspec.json.encode(body), status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
+_UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
+
+
 def _validation_errors(exc: ValidationException) -> list[FieldProblem]:
     out = []
     for item in exc.extra or []:
         if isinstance(item, dict):
             field = str(item.get("key") or item.get("source") or "body")
-            out.append(FieldProblem(field=field, message=str(item.get("message", "invalid value"))))
+            message = str(item.get("message", "invalid value"))
+            # msgspec names an unknown field only in its message; the problem should name it too.
+            if (unknown := _UNKNOWN_FIELD.search(message)) and field in ("data", "body"):
+                field = unknown.group(1)
+            elif field == "data":
+                field = "body"
+            out.append(FieldProblem(field=field, message=message))
     return out
 
 
@@ -50,7 +60,11 @@ def handle_validation(request: Request, exc: ValidationException) -> Response:
 
 
 def handle_http(request: Request, exc: HTTPException) -> Response:
-    return problem(request, exc.status_code, str(exc.detail), headers=exc.headers)
+    errors = None
+    if isinstance(exc, ClientException) and exc.status_code == 400 and not exc.extra:
+        # Litestar's own 400s here are bodies that do not decode (truncated, not JSON, bad UTF-8).
+        errors = [FieldProblem(field="body", message=str(exc.detail))]
+    return problem(request, exc.status_code, str(exc.detail), errors, headers=exc.headers)
 
 
 def handle_service(request: Request, exc: ServiceError) -> Response:
