@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import httpx
@@ -88,7 +89,7 @@ def test_generate_stream_sends_cumulative_text_and_done(client: httpx.Client):
     chunks = [json.loads(e) for e in events[:-1]]
     assert len(chunks) >= 2
     texts = [c["text"] for c in chunks]
-    assert all(later.startswith(earlier) for earlier, later in zip(texts, texts[1:], strict=False))
+    assert all(later.startswith(earlier) for earlier, later in itertools.pairwise(texts))
     assert [c["meta_info"]["finish_reason"] for c in chunks[:-1]] == [None] * (len(chunks) - 1)
     assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
     assert chunks[-1]["meta_info"]["completion_tokens"] == 6

@@ -1,0 +1,1 @@
+"""Test double standing in for the ``sglang`` package (see ../README.md). Not SGLang."""
