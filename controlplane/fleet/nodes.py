@@ -27,7 +27,7 @@ ALLOWED: dict[NodeState, frozenset[NodeState]] = {
 }
 LIVE_STATES = frozenset({S.pending, S.provisioning, S.booting, S.ready, S.draining})
 # A node leaving the fleet takes its engines with it: its replicas stop being wanted or routed.
-_ENDS_REPLICAS = {S.terminating: ReplicaState.stopped, S.terminated: ReplicaState.stopped,
+ENDS_REPLICAS = {S.terminating: ReplicaState.stopped, S.terminated: ReplicaState.stopped,
                   S.failed: ReplicaState.failed}
 
 
@@ -55,7 +55,7 @@ def transition(session: Session, node: Node, to: NodeState, *, reason: str = "",
     node.state_times = {**(node.state_times or {}), to.value: now.isoformat()}
     if error is not None:
         node.error = error[:2000]
-    if (ended := _ENDS_REPLICAS.get(to)) is not None:
+    if (ended := ENDS_REPLICAS.get(to)) is not None:
         session.execute(
             update(Replica)
             .where(Replica.node_id == node.id, Replica.state.not_in([ReplicaState.stopped, ReplicaState.failed]))

@@ -5,7 +5,8 @@ placement hands out GPU slots of shared nodes, so two planners at once could pro
 twice). The tick only touches the database; the launcher and terminator carry its operations
 out against the clouds after commit. Its steps:
 
-1. **Read** the live fleet: pools, nodes with their GPU slots, the replicas that hold them.
+1. **Read** the live fleet: pools, nodes with their GPU slots, the replicas that hold them, as
+   plain rows of the columns the tick uses (``fleet.reads``; no ORM object per row).
 2. **Finish moves and drains**: a make-before-break copy that is ready retires its original; a
    copy that failed or timed out is given up (the original keeps serving); a replica told to stop
    whose agent never confirmed it is written off at its deadline.
@@ -17,11 +18,14 @@ out against the clouds after commit. Its steps:
 5. **Consolidate** (``fleet.consolidation``): delete or replace underused nodes by moving their
    replicas make-before-break, within the disruption budgets.
 
-Row writes go through :mod:`controlplane.fleet.writes`, so every state change has one author.
+Row writes go through :mod:`controlplane.fleet.writes`, so every state change has one author; the
+changes to the rows read are recorded there and written in batches (``writes.RowWrites``), so a
+steady tick issues the same ten statements at every fleet size.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 import zlib
@@ -29,8 +33,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import select, text
-from sqlalchemy.orm import Session, defer
+from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
 from controlplane.fleet import blocklist, markets, placement_catalog, writes
@@ -43,23 +47,31 @@ from controlplane.fleet.capacity import (
 )
 from controlplane.fleet.consolidation import plan_consolidation
 from controlplane.fleet.leases import claimable
-from controlplane.fleet.placement import choose_surplus, plan_placement
+from controlplane.fleet.placement import choose_surplus, fits_offer, plan_placement
 from controlplane.fleet.provisioning import (
     CAPACITY_UNAVAILABLE,
     OPEN_STATES,
-    begin_termination,
     drained_node_ids,
     finish_operation,
     launch_key,
 )
+from controlplane.fleet.reads import (
+    ENDED,
+    FLEET_NODE_STATES,  # noqa: F401 (where the tick's callers have always found it)
+    PLACEABLE_NODE_STATES,
+    Fleet,
+    NodeRow,
+    PoolRow,
+    ReplicaRow,
+    load_node_metrics,
+    read_fleet,
+)
+from controlplane.fleet.writes import RowWrites
 from controlplane.models import (
-    Node,
     NodeState,
     Operation,
     OperationKind,
     OperationState,
-    Pool,
-    Replica,
     ReplicaDesiredState,
     ReplicaState,
 )
@@ -67,11 +79,6 @@ from controlplane.models import (
 S = NodeState
 R = ReplicaState
 RUN, STOP = ReplicaDesiredState.running, ReplicaDesiredState.stopped
-# Nodes that can take new replicas (a pending node's slots can be promised before it launches).
-PLACEABLE_NODE_STATES = (S.pending, S.provisioning, S.booting, S.ready)
-# Nodes whose replicas the tick looks after: the placeable ones plus those draining as a whole.
-FLEET_NODE_STATES = (*PLACEABLE_NODE_STATES, S.draining)
-ENDED = (R.stopped, R.failed)  # no engine runs: the replica's GPUs are free
 FLEET_LOCK = zlib.crc32(b"nimbus.fleet.tick")  # the advisory lock's key
 
 
@@ -97,40 +104,12 @@ class TickResult:
     operations: list[tuple[uuid.UUID, OperationKind]] = field(default_factory=list)  # to run now
 
 
-# ---------------------------------------------------------------- reading the fleet
-@dataclass
-class Fleet:
-    pools: dict[uuid.UUID, Pool]
-    nodes: dict[uuid.UUID, Node]
-    replicas: list[Replica]  # every replica on a fleet node that still holds GPUs or is wanted
-
-    def on_node(self) -> dict[uuid.UUID, list[Replica]]:
-        by_node: dict[uuid.UUID, list[Replica]] = defaultdict(list)
-        for r in self.replicas:
-            by_node[r.node_id].append(r)
-        return by_node
-
-
-def read_fleet(session: Session) -> Fleet:
-    """Every pool, every live node and every replica that holds GPUs or is wanted. The heartbeat
-    metrics (the bulk of each row, and never read here) stay in the database: a replica or node
-    whose metrics the tick does touch loads them on its own."""
-    pools = {p.id: p for p in session.scalars(select(Pool).options(defer(Pool.autoscaler_state)).order_by(Pool.id))}
-    nodes = {n.id: n for n in session.scalars(
-        select(Node).options(defer(Node.metrics), defer(Node.state_times))
-        .where(Node.state.in_(FLEET_NODE_STATES)))}
-    replicas = list(session.scalars(
-        select(Replica).options(defer(Replica.metrics), defer(Replica.ready_breakdown))
-        .where(Replica.node_id.in_(list(nodes)), Replica.state.not_in(ENDED)).order_by(Replica.id)
-    )) if nodes else []
-    return Fleet(pools, nodes, replicas)
-
-
-def holds_gpus(r: Replica) -> bool:
+# ---------------------------------------------------------------- the fleet as placement sees it
+def holds_gpus(r: ReplicaRow) -> bool:
     return r.state not in ENDED
 
 
-def counts_for_pool(r: Replica, by_id: dict[uuid.UUID, Replica]) -> bool:
+def counts_for_pool(r: ReplicaRow, by_id: dict[uuid.UUID, ReplicaRow]) -> bool:
     """A replica that counts toward its pool's size: wanted, on a serving node, and not a move's
     copy whose original still serves (the pair is one replica until the copy takes over)."""
     if r.desired_state != RUN or r.state in ENDED:
@@ -140,9 +119,11 @@ def counts_for_pool(r: Replica, by_id: dict[uuid.UUID, Replica]) -> bool:
     return True
 
 
-def move_ends(replicas: Sequence[Replica]) -> set[uuid.UUID]:
-    """Both ends of every move under way: copies whose original still serves, and those originals."""
-    by_id = {r.id: r for r in replicas}
+def move_ends(replicas: Sequence[ReplicaRow], by_id: dict[uuid.UUID, ReplicaRow] | None = None) -> set[uuid.UUID]:
+    """Both ends of every move under way: copies whose original still serves, and those originals
+    (``by_id``: the same replicas by id, if the caller has them)."""
+    if by_id is None:
+        by_id = {r.id: r for r in replicas}
     ends: set[uuid.UUID] = set()
     for r in replicas:
         if (r.replaces_id is not None and r.desired_state == RUN and holds_gpus(r)
@@ -151,7 +132,7 @@ def move_ends(replicas: Sequence[Replica]) -> set[uuid.UUID]:
     return ends
 
 
-def node_slots(node: Node, replicas: Sequence[Replica], shapes: placement_catalog.Shapes,
+def node_slots(node: NodeRow, replicas: Sequence[ReplicaRow], shapes: placement_catalog.Shapes,
                in_flight: set[uuid.UUID] = frozenset()) -> NodeSlots:
     spec = node.launch_spec or {}
     # Nodes launched before placement wrote GPU type, memory and price into the launch spec (rows
@@ -160,14 +141,14 @@ def node_slots(node: Node, replicas: Sequence[Replica], shapes: placement_catalo
                         node.instance_type or spec.get("instance_type")))
     hosted = tuple(
         HostedReplica(
-            replica_id=str(r.id), pool_id=str(r.pool_id), gpu_ids=tuple(r.gpu_ids or ()), ready=r.state == R.ready,
+            replica_id=r.key, pool_id=r.pool_key, gpu_ids=tuple(r.gpu_ids or ()), ready=r.state == R.ready,
             model_ready_s=float(r.model_ready_seconds or 60.0),
-            moving=r.id in in_flight or r.desired_state != RUN,
+            moving=r.desired_state != RUN or (bool(in_flight) and r.id in in_flight),
         )
-        for r in replicas if holds_gpus(r)
+        for r in replicas if r.state not in ENDED
     )
     return NodeSlots(
-        node_id=str(node.id), cloud=node.cloud or spec.get("cloud") or "", region=node.region or spec.get("region") or "",
+        node_id=node.key, cloud=node.cloud or spec.get("cloud") or "", region=node.region or spec.get("region") or "",
         zone=node.zone, instance_type=node.instance_type or spec.get("instance_type") or "",
         gpu_type=spec.get("gpu_type") or (shape.gpu_type if shape else ""),
         gpus_total=node.gpus_total or int(spec.get("gpu_count") or 0),
@@ -180,14 +161,13 @@ def node_slots(node: Node, replicas: Sequence[Replica], shapes: placement_catalo
     )
 
 
-def pool_need(pool: Pool, missing_spot: int = 0, missing_on_demand: int = 0) -> PoolNeed:
-    v = pool.variant
+def pool_need(pool: PoolRow, missing_spot: int = 0, missing_on_demand: int = 0) -> PoolNeed:
     return PoolNeed(
-        pool_id=str(pool.id), gpus_per_replica=max(1, v.gpu_count), gpu_memory_gb=float(v.gpu_memory_gb or 0),
-        gpu_types=tuple(v.gpu_types or ()), placement=placement_catalog.placement_prefs(pool.placement or []),
+        pool_id=str(pool.id), gpus_per_replica=max(1, pool.gpu_count), gpu_memory_gb=float(pool.gpu_memory_gb or 0),
+        gpu_types=tuple(pool.gpu_types or ()), placement=placement_catalog.placement_prefs(pool.placement or []),
         dedicated_tenant_id=str(pool.dedicated_tenant_id) if pool.dedicated_tenant_id else None,
         missing_spot=missing_spot, missing_on_demand=missing_on_demand,
-        tokens_per_s=dict(v.profiled_tokens_per_s or {}),
+        tokens_per_s=dict(pool.profiled_tokens_per_s or {}),
     )
 
 
@@ -197,50 +177,55 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
         return TickResult(skipped=True)
     fleet = read_fleet(session)
     result = TickResult(pools=len(fleet.pools))
-    by_id = {r.id: r for r in fleet.replicas}
+    by_id = fleet.by_id
+    changes = RowWrites()  # the column changes to the rows read, written in batches
 
-    finish_moves_and_drains(session, fleet, by_id, now, settings)
+    finish_moves_and_drains(session, changes, fleet, by_id, now, settings)
     catalog = placement_catalog.load(session)
     blocks = blocklist.active_blocks(session, now)
     offers = placement_catalog.offers(catalog, blocks, now)
-    launches: dict[str, Node] = {}
+    launches: dict[str, NodeRow] = {}
     launch_ops: list[Operation] = []  # added after the new nodes are flushed (they reference them)
     terminations: list[Operation] = []
-    result.terminated += give_up_stranded_launches(session, fleet, offers, now, settings, terminations)
+    result.terminated += give_up_stranded_launches(session, changes, fleet, offers, now, settings, terminations)
 
     # 3. size every pool, per market
     shapes = placement_catalog.shapes(catalog)
-    in_flight = move_ends(fleet.replicas)
+    in_flight = move_ends(fleet.replicas, by_id)
     slots = {n.id: node_slots(n, by_node, shapes, in_flight) for n, by_node in _nodes_with_replicas(fleet)}
     needs: list[PoolNeed] = []
     scaling_up: set[str] = set()
     # Each pool's counted replicas, grouped in one pass (a scan per pool would be pools × replicas).
-    counted: dict[uuid.UUID, list[Replica]] = defaultdict(list)
+    counted: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)
     for r in fleet.replicas:
         if counts_for_pool(r, by_id) and fleet.nodes[r.node_id].state in PLACEABLE_NODE_STATES:
             counted[r.pool_id].append(r)
+    spot_blocks = [(b.cloud, b.region, b.expires_at) for b in blocks if b.spot is not False]
+    cheapest: dict[tuple, float | None] = {}  # pools that need alike share their cheapest prices
     for pool in fleet.pools.values():
         if pool.paused:
             continue
         ours = counted.get(pool.id, [])
         spot_now = [r for r in ours if fleet.nodes[r.node_id].spot]
+        need = pool_need(pool)
         mix = markets.split_by_capacity_type(
             pool.spot_policy.value, pool.spot_base_on_demand, pool.desired_replicas,
-            spot_price=_cheapest(offers, pool, spot=True), on_demand_price=_cheapest(offers, pool, spot=False),
-            spot_unavailable_until=markets.spot_unavailable_until(
-                [(b.cloud, b.region, b.expires_at) for b in blocks if b.spot is not False],
-                pool.placement or [], now),
+            spot_price=_cheapest(offers, need, spot=True, memo=cheapest),
+            on_demand_price=_cheapest(offers, need, spot=False, memo=cheapest),
+            spot_unavailable_until=markets.spot_unavailable_until(spot_blocks, pool.placement or [], now),
             now=now.timestamp(), ready_spot=sum(1 for r in spot_now if r.state == R.ready))
         missing_spot = mix.spot - len(spot_now)
         missing_od = mix.on_demand - (len(ours) - len(spot_now))
         if missing_spot > 0 or missing_od > 0:
-            needs.append(pool_need(pool, max(0, missing_spot), max(0, missing_od)))
+            needs.append(dataclasses.replace(need, missing_spot=max(0, missing_spot),
+                                             missing_on_demand=max(0, missing_od)))
             scaling_up.add(str(pool.id))
         if missing_spot < 0 or missing_od < 0:
             victims = choose_surplus(str(pool.id), max(0, -missing_spot), max(0, -missing_od),
                                      [slots[r.node_id] for r in ours if r.node_id in slots])
             for replica_id in victims:
-                writes.stop_replica(by_id[uuid.UUID(replica_id)], fleet.nodes, now, settings, reason="scale down")
+                writes.stop_replica(by_id[uuid.UUID(replica_id)], fleet.nodes, now, settings, reason="scale down",
+                                    changes=changes)
                 result.stopped += 1
     if needs:
         plan = plan_placement(needs, list(slots.values()), offers)
@@ -251,12 +236,11 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
             launch_ops.append(op)
         for placed in plan.placed:
             node = launches.get(placed.node_id) or fleet.nodes[uuid.UUID(placed.node_id)]
-            fleet.replicas.append(writes.add_replica(session, fleet.pools[uuid.UUID(placed.pool_id)], node,
-                                                     placed.gpu_ids, now))
+            fleet.add_replica(writes.add_replica(session, fleet.pools[uuid.UUID(placed.pool_id)], node,
+                                                 placed.gpu_ids, now))
             result.placed += 1
         for pool_id, count, why in plan.unplaced:
-            pool = fleet.pools[uuid.UUID(pool_id)]
-            pool.capacity_status = CAPACITY_UNAVAILABLE
+            changes.set(fleet.pools[uuid.UUID(pool_id)], capacity_status=CAPACITY_UNAVAILABLE)
             result.unplaced[pool_id] = f"{count} replica(s): {why}"
         result.launched = len(plan.launches)
     placed_pools = {p for p in fleet.pools if str(p) not in result.unplaced}
@@ -264,50 +248,58 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     for pool_id in placed_pools:
         pool = fleet.pools[pool_id]
         if pool.capacity_status == CAPACITY_UNAVAILABLE and pool_id not in launching:
-            pool.capacity_status = None
-        pool.last_reconciled_at = now
+            changes.set(pool, capacity_status=None)
+        changes.set(pool, last_reconciled_at=now)
 
     # 4. nodes: release the empty ones, time the underused ones
-    session.flush()
+    session.flush()  # the new nodes and replicas
+    changes.flush(session)  # the replicas told to stop, the pools' stamps
     by_node = fleet.on_node()
     budget = consolidation_budget(settings)
     drained = drained_node_ids(session, [n.id for n in fleet.nodes.values() if n.state == S.draining])
+    releases: list[tuple[NodeRow, str]] = []
+    maybe_consolidated: list[NodeRow] = []  # empty nodes whose consolidation record decides
     for node in list(fleet.nodes.values()):
         held = [r for r in by_node.get(node.id, []) if holds_gpus(r)]
         if node.state == S.draining:
-            reason = _drain_finished(node, node.id in drained, now)
-            if reason and (op := begin_termination(session, node, now, settings, reason=reason)):
-                terminations.append(op)
-                result.terminated += 1
+            if reason := _drain_finished(node, node.id in drained, now):
+                releases.append((node, reason))
             continue
         if held:
-            node.empty_since = None
+            changes.set(node, empty_since=None)
             used = sum(len(r.gpu_ids or ()) for r in held)
             is_under = node.state == S.ready and node.gpus_total > 0 and used / node.gpus_total < (
                 budget.underused_fraction)
             if not is_under:
-                node.underused_since = None
+                changes.set(node, underused_since=None)
             elif node.underused_since is None:
-                node.underused_since = now
+                changes.set(node, underused_since=now)
             continue
-        node.underused_since = None
+        changes.set(node, underused_since=None)
         if node.empty_since is None:
-            node.empty_since = now
+            changes.set(node, empty_since=now)
         never_launched = node.state in (S.pending, S.provisioning) and node.instance_id is None
-        reason = None
         if never_launched or (now - node.empty_since).total_seconds() >= settings.empty_node_ttl_s:
-            reason = "empty: no replica placed here"
-        elif emptied_by_consolidation(node, now, settings):
-            reason = "empty: a consolidation moved its replicas away"
-        if reason and (op := begin_termination(session, node, now, settings, reason=reason)):
-            terminations.append(op)
-            result.terminated += 1
+            releases.append((node, "empty: no replica placed here"))
+        else:
+            maybe_consolidated.append(node)
+    if maybe_consolidated:
+        load_node_metrics(session, maybe_consolidated)  # one statement for all of them
+        releases += [(node, "empty: a consolidation moved its replicas away") for node in maybe_consolidated
+                     if emptied_by_consolidation(node, now, settings)]
+    # Released in the order the nodes were walked.
+    order = {node_id: i for i, node_id in enumerate(fleet.nodes)}
+    releases.sort(key=lambda item: order[item[0].id])
+    ops = writes.release_nodes(session, changes, releases, fleet.replicas, now, settings)
+    terminations += ops
+    result.terminated += len(ops)
 
     # 5. consolidate
     if settings.consolidation_enabled:
-        result.moves = consolidate(session, fleet, offers, shapes, budget, scaling_up, now, settings, result,
+        result.moves = consolidate(session, changes, fleet, offers, shapes, budget, scaling_up, now, settings, result,
                                    launch_ops)
     session.flush()  # every new node (with its replicas) first: the launch operations reference them
+    changes.flush(session)
     session.add_all(launch_ops)
     session.flush()
     # A terminate operation gets its id at the flush (begin_termination only adds it).
@@ -315,15 +307,15 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     return result
 
 
-def give_up_stranded_launches(session: Session, fleet: Fleet, offers: Sequence[Offer], now: dt.datetime,
-                              settings: Settings, terminations: list[Operation]) -> int:
+def give_up_stranded_launches(session: Session, changes: RowWrites, fleet: Fleet, offers: Sequence[Offer],
+                              now: dt.datetime, settings: Settings, terminations: list[Operation]) -> int:
     """A node not launched yet whose planned shape has no launchable zone left (every one blocked
     by capacity, quota or config errors) is given up, so that its replicas are placed again this
     tick on whatever offer placement finds next (another region, cloud or market), instead of
     waiting out the blocks on a shape that cannot launch. Its VM, if a launch in flight still
     makes one, is found by its tags and terminated."""
     launchable = {(o.cloud, o.region, o.instance_type, o.spot): set(o.zones) for o in offers}
-    stranded: list[Node] = []
+    stranded: list[NodeRow] = []
     for node in list(fleet.nodes.values()):
         spec = node.launch_spec or {}
         if node.instance_id is not None or node.state not in (S.pending, S.provisioning) or not spec.get(
@@ -341,10 +333,10 @@ def give_up_stranded_launches(session: Session, fleet: Fleet, offers: Sequence[O
             [launch_key(n.id) for n in stranded]), Operation.state.in_(OPEN_STATES))):
         finish_operation(op, OperationState.failed, now, "cancelled: every zone of the planned shape is blocked; "
                                                         "its replicas were placed again")
-    for node in stranded:
-        if op := begin_termination(session, node, now, settings,
-                                   reason="re-planned: every zone of its planned shape is blocked"):
-            terminations.append(op)
+    ops = writes.release_nodes(session, changes, [
+        (node, "re-planned: every zone of its planned shape is blocked") for node in stranded],
+        fleet.replicas, now, settings)
+    terminations += ops
     return len(stranded)
 
 
@@ -360,22 +352,27 @@ def _first_pool(plan, key: str) -> uuid.UUID | None:
 
 
 def _launching_pools(fleet: Fleet) -> set[uuid.UUID]:
-    """Pools with a replica on a node still being launched (one pass over the replicas)."""
-    return {r.pool_id for r in fleet.replicas
-            if r.node_id in fleet.nodes and fleet.nodes[r.node_id].state in (S.pending, S.provisioning)}
+    """Pools with a replica on a node still being launched (the replicas of those nodes only)."""
+    by_node = fleet.on_node()
+    return {r.pool_id for node in fleet.nodes.values() if node.state in (S.pending, S.provisioning)
+            for r in by_node.get(node.id, ())}
 
 
-def _cheapest(offers: Sequence[Offer], pool: Pool, *, spot: bool) -> float | None:
-    """The pool's cheapest price per replica-hour in a market: what the spot split compares."""
-    need = pool_need(pool)
-    from controlplane.fleet.placement import fits_offer
-
+def _cheapest(offers: Sequence[Offer], need: PoolNeed, *, spot: bool, memo: dict | None = None) -> float | None:
+    """The pool's cheapest price per replica-hour in a market: what the spot split compares. It
+    depends on what ``fits_offer`` reads only, so pools alike share one answer through ``memo``."""
+    key = (need.gpus_per_replica, need.gpu_memory_gb, need.gpu_types, need.placement, spot)
+    if memo is not None and key in memo:
+        return memo[key]
     prices = [o.price_per_gpu_hour * need.gpus_per_replica for o in offers
               if o.spot == spot and o.zones and fits_offer(need, o)]
-    return min(prices) if prices else None
+    found = min(prices) if prices else None
+    if memo is not None:
+        memo[key] = found
+    return found
 
 
-def _drain_finished(node: Node, drained: bool, now: dt.datetime) -> str | None:
+def _drain_finished(node: NodeRow, drained: bool, now: dt.datetime) -> str | None:
     """A node drained as a whole (admin drain, SIGTERM) goes once its agent reported every replica
     stopped, or at its drain deadline for an agent that never reports."""
     if drained:
@@ -386,44 +383,48 @@ def _drain_finished(node: Node, drained: bool, now: dt.datetime) -> str | None:
 
 
 # ---------------------------------------------------------------- moves and drains in flight
-def finish_moves_and_drains(session: Session, fleet: Fleet, by_id: dict[uuid.UUID, Replica], now: dt.datetime,
-                            settings: Settings) -> None:
+def finish_moves_and_drains(session: Session, changes: RowWrites, fleet: Fleet, by_id: dict[uuid.UUID, ReplicaRow],
+                            now: dt.datetime, settings: Settings) -> None:
     for r in list(fleet.replicas):
         node = fleet.nodes[r.node_id]
         if r.desired_state == STOP:
             # Nothing can run on a node that never got a VM; elsewhere the agent confirms the stop,
             # or its deadline writes the replica off (a dead agent's node is swept separately).
             if node.instance_id is None and node.state in (S.pending, S.provisioning) and node.agent_url is None:
-                r.state = R.stopped
+                changes.set(r, state=R.stopped)
             elif r.drain_deadline_at is not None and r.drain_deadline_at <= now:
-                r.state = R.stopped
+                changes.set(r, state=R.stopped)
             continue
         if r.replaces_id is None:
             if r.state in (R.pending, R.starting) and _age(r, now) > settings.replica_start_deadline_s:
-                writes.stop_replica(r, fleet.nodes, now, settings, reason="not ready by its start deadline")
+                writes.stop_replica(r, fleet.nodes, now, settings, reason="not ready by its start deadline",
+                                    changes=changes)
             continue
         original = by_id.get(r.replaces_id)
         if original is None or original.desired_state != RUN:
             continue  # the move is over (the original is retiring or gone)
         if r.state == R.ready:
-            writes.stop_replica(original, fleet.nodes, now, settings, reason=f"moved to replica {r.id}")
+            writes.stop_replica(original, fleet.nodes, now, settings, reason=f"moved to replica {r.id}",
+                                changes=changes)
         elif r.state == R.failed or _age(r, now) > settings.replica_start_deadline_s:
             # Roll back: the original never stopped serving; the copy goes.
-            writes.stop_replica(r, fleet.nodes, now, settings, reason="move rolled back: the copy never became ready")
+            writes.stop_replica(r, fleet.nodes, now, settings, reason="move rolled back: the copy never became ready",
+                                changes=changes)
 
 
-def _age(r: Replica, now: dt.datetime) -> float:
+def _age(r: ReplicaRow, now: dt.datetime) -> float:
     return (now - r.created_at).total_seconds() if r.created_at else 0.0
 
 
 # ---------------------------------------------------------------- consolidation
-def emptied_by_consolidation(node: Node, now: dt.datetime, settings: Settings) -> bool:
+def emptied_by_consolidation(node: NodeRow, now: dt.datetime, settings: Settings) -> bool:
     """Whether an empty node is empty because a consolidation moved its replicas away: it was
     emptied on purpose (its replicas serve elsewhere, and placement puts nothing on a node being
     emptied), so it goes at once instead of waiting out the empty-node TTL, which is there for
     nodes a scale-down happened to empty. A consolidation begun longer ago than a move and its
     drain can take (start deadline + drain timeout) no longer counts: the node has lived since.
-    Reads the node's metrics (deferred by the tick), so call it for empty nodes only."""
+    Reads the node's metrics (not read with the fleet: ``reads.load_node_metrics``), so call it
+    for empty nodes only."""
     record = (node.metrics or {}).get("consolidation") or {}
     try:
         began = dt.datetime.fromisoformat(record["at"])
@@ -443,14 +444,14 @@ def consolidation_budget(settings: Settings) -> ConsolidationBudget:
     )
 
 
-def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], shapes: placement_catalog.Shapes,
-                budget: ConsolidationBudget, scaling_up: set[str], now: dt.datetime, settings: Settings,
-                result: TickResult, launch_ops: list[Operation]) -> int:
+def consolidate(session: Session, changes: RowWrites, fleet: Fleet, offers: Sequence[Offer],
+                shapes: placement_catalog.Shapes, budget: ConsolidationBudget, scaling_up: set[str],
+                now: dt.datetime, settings: Settings, result: TickResult, launch_ops: list[Operation]) -> int:
     by_node = fleet.on_node()
     # Moves under way: a copy whose original still serves. A copy that took over long ago is just a
     # replica; counting it would hold its pool's move budget forever.
-    in_flight = move_ends(fleet.replicas)
-    by_id = {r.id: r for r in fleet.replicas}
+    by_id = fleet.by_id
+    in_flight = move_ends(fleet.replicas, by_id)
     moves_in_flight: dict[str, int] = defaultdict(int)
     source_nodes: set[uuid.UUID] = set()
     for c in fleet.replicas:
@@ -464,9 +465,12 @@ def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], shapes:
     actions = plan_consolidation(slots, pools, offers, now.timestamp(), budget,
                                  scaling_up=frozenset(scaling_up | paused), moves_in_flight=moves_in_flight,
                                  nodes_in_flight=len(source_nodes))
+    if actions:
+        # Each action's node gets a consolidation record next to its metrics: read them all at once.
+        load_node_metrics(session, [fleet.nodes[uuid.UUID(a.node_id)] for a in actions])
     started = 0
     for action in actions:
-        target_nodes: dict[str, Node] = {}
+        target_nodes: dict[str, NodeRow] = {}
         if action.new_node is not None:
             node, op = writes.add_node(session, action.new_node, now, settings, pool_id=None,
                                        reason=action.reason)
@@ -479,9 +483,8 @@ def consolidate(session: Session, fleet: Fleet, offers: Sequence[Offer], shapes:
             node = target_nodes.get(move.to_node) or fleet.nodes[uuid.UUID(move.to_node)]
             copy = writes.add_replica(session, fleet.pools[original.pool_id], node, move.gpu_ids, now,
                                       replaces=original)
-            fleet.replicas.append(copy)
+            fleet.add_replica(copy)
             started += 1
-        writes.record_consolidation(session, fleet.nodes[uuid.UUID(action.node_id)], action, fleet.pools, now)
+        writes.record_consolidation(session, changes, fleet.nodes[uuid.UUID(action.node_id)], action, fleet.pools,
+                                    now)
     return started
-
-
