@@ -591,6 +591,8 @@ class EdgeService:
             await send_json(send, 200, data, {**st.rate_headers, "x-request-id": st.request_id})
             return DONE_OK
         finally:
+            if resp.pauses:
+                self.metrics.upstream_paused.inc(resp.pauses)
             resp.close()  # also aborts the engine's work when we leave early (client gone)
 
     async def _stream(self, st: RequestState, ticket: Ticket, resp: UpstreamResponse, send: Send) -> str | Failure:
@@ -678,8 +680,6 @@ class EdgeService:
         except (UpstreamError, TimeoutError, OSError) as exc:
             failure = exc
         resp.set_sink(None)  # whatever the engine still sends must not reach a finished response
-        if resp.pauses:
-            self.metrics.upstream_paused.inc(resp.pauses)
         if not st.response_started:
             self.metrics.child(self.metrics.errors, req.model, ticket.replica.id, "before_first_byte").inc()
             refused = next((engine_stream_refusal(ev) for ev in held if is_error_event(ev)), None)
