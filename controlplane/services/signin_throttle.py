@@ -191,12 +191,24 @@ class _MemoryStore:
 
 
 class _RedisStore:
+    """Reads and writes a subject's buckets atomically (WATCH/MULTI, redone on a conflict); a
+    read-only look (the REST APIs' check before verifying) is one pipelined round trip."""
+
     def __init__(self, url: str) -> None:
         import redis.asyncio as aioredis
 
         self._errors = (OSError, aioredis.ConnectionError, aioredis.TimeoutError)
         self._watch_error = aioredis.WatchError
         self.client = aioredis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=1.0)
+
+    async def read(self, keys: list[str]) -> list[dict | None]:
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hgetall(key)
+                return [_parse(raw) for raw in await pipe.execute()]
+        except self._errors as exc:
+            raise StoreUnavailable(str(exc)) from exc
 
     async def transact(self, keys: list[str], fn: Callable[[list[dict | None]], tuple[Any, list[Write]]]) -> Any:
         try:
@@ -279,10 +291,12 @@ class SigninThrottle:
         return [f"{p}{{signin}}:pair:{pair}", f"{p}{{signin}}:acct:{_h(k, sub.account)}",
                 f"{p}{{signin}}:addr:{_h(k, sub.address)}", f"{p}{{signin}}:known:{pair}"]
 
-    async def _transact(self, sub: Subject, fn) -> Any:
+    async def _transact(self, sub: Subject, fn, *, read_only: bool = False) -> Any:
         keys = self._keys(sub)
         if self._redis is not None and time.monotonic() >= self._redis_down_until:
             try:
+                if read_only:
+                    return fn(await self._redis.read(keys))[0]
                 return await self._redis.transact(keys, fn)
             except StoreUnavailable as exc:
                 if self.settings.store == "redis":
@@ -344,7 +358,7 @@ class SigninThrottle:
             writes, d, is_lock, d_scope, pair_f = self._count(states, keys, now)
             return Verdict(True, d, is_lock, d_scope, pair_f, known, precounted=True, had_pair=True), writes
 
-        verdict = await self._transact(sub, fn)
+        verdict = await self._transact(sub, fn, read_only=not precount)
         if not verdict.allowed:
             THROTTLED.labels(sub.kind, verdict.scope or "pair").inc()
         return verdict

@@ -25,7 +25,7 @@ from dataplane.edge.process import EdgeProcess
 from dataplane.sim.process import SimProcess, free_port
 from tests.console.conftest import PASSWORD
 from tests.console.fleet_rows import seed_fleet_rows
-from tests.controlplane.conftest import ADMIN_TOKEN, EDGE_TOKEN
+from tests.controlplane.conftest import ADMIN_TOKEN, EDGE_TOKEN, isolated_throttle
 from tests.controlplane.factories import create_key, create_model, create_pool, create_tenant, import_catalog
 from tests.live_server import serve
 
@@ -86,7 +86,8 @@ async def _seed_api(cp_url: str) -> dict:
 def running_stack(db_url: str, workdir: Path) -> Iterator[Stack]:
     edge_port = free_port()
     settings = Settings(database_url=db_url, admin_token=SecretStr(ADMIN_TOKEN), edge_token=SecretStr(EDGE_TOKEN),
-                        state_dir=workdir / "state", edge_url=f"http://127.0.0.1:{edge_port}", key_cache_seconds=1.0)
+                        state_dir=workdir / "state", edge_url=f"http://127.0.0.1:{edge_port}", key_cache_seconds=1.0,
+                        signin_throttle=isolated_throttle())
     stream = f"test:console:usage:{uuid.uuid4().hex}"
     with serve(create_app(settings)) as cp_url:
         data = asyncio.run(_seed_api(cp_url))
