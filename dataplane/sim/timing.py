@@ -19,7 +19,8 @@ The model (one replica = one engine process on ``tp`` GPUs of one node):
   attention reads, which is why a radix-cache hit cuts TTFT.
 * **Decode step.** Memory bound: every step reads the weights once (for MoE only the experts
   the batch touches, ``1 − (1 − k/E)^batch`` of them) and every running request's KV cache,
-  at ``HBM bandwidth × DECODE_BW_EFF`` per GPU; compute (``2 × active × batch``) takes over only
+  at ``HBM bandwidth × decode_bw_eff`` per GPU (``DECODE_BW_EFF`` except where a GPU's own
+  measurements differ: H200); compute (``2 × active × batch``) takes over only
   at very large batches. Plus all-reduces and the step overhead.
 * **Tensor parallel.** Work divides by ``tp``; each layer adds two all-reduces of
   ``tokens × hidden × 2`` bytes over the interconnect (ring: ``2 (tp−1)/tp`` of the bytes) plus
@@ -83,6 +84,9 @@ class GpuProfile:
     hbm_gbps: float  # GB/s
     interconnect_gbps: float  # per-GPU all-reduce bandwidth (NVLink or PCIe)
     load_gbytes_per_s: float = 2.0  # disk/host -> GPU weight loading per GPU
+    # Share of hbm_gbps a decode step streams. DECODE_BW_EFF unless measurements of this GPU say
+    # otherwise (H200: fitted to measured vLLM decode latencies, see CALIBRATION.md).
+    decode_bw_eff: float = DECODE_BW_EFF
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ GPUS: dict[str, GpuProfile] = {
     g.name: g
     for g in (
         GpuProfile("h100", 80, 989, 1979, 3350, 450, 2.5),
-        GpuProfile("h200", 141, 989, 1979, 4800, 450, 2.5),
+        GpuProfile("h200", 141, 989, 1979, 4800, 450, 2.5, decode_bw_eff=0.70),
         GpuProfile("b200", 180, 2250, 4500, 8000, 900, 3.0),
         GpuProfile("a100", 80, 312, 0, 2039, 300, 2.0),
         GpuProfile("a100-40gb", 40, 312, 0, 1555, 300, 2.0),
@@ -258,7 +262,7 @@ def _weights_read_seconds(model: ModelProfile, gpu: GpuProfile, tp: int, quantiz
         expert_bytes = expert_share * 1e9 * bytes_per_weight(quantization)
         touched = 1 - (1 - model.experts_per_token / model.experts) ** max(batch_size, 1)
         total = total - expert_bytes + expert_bytes * touched
-    return total / tp / (gpu.hbm_gbps * 1e9 * DECODE_BW_EFF)
+    return total / tp / (gpu.hbm_gbps * 1e9 * gpu.decode_bw_eff)
 
 
 def prefill_seconds(
@@ -305,7 +309,7 @@ def decode_step_seconds(
     caches hold ``context_tokens`` tokens in total."""
     if batch_size <= 0:
         return 0.0
-    kv_read = context_tokens * kv_bytes_per_token(model, tp, kv_cache_dtype) / (gpu.hbm_gbps * 1e9 * DECODE_BW_EFF)
+    kv_read = context_tokens * kv_bytes_per_token(model, tp, kv_cache_dtype) / (gpu.hbm_gbps * 1e9 * gpu.decode_bw_eff)
     memory = _weights_read_seconds(model, gpu, tp, quantization, batch_size) + kv_read
     compute = 2 * model.active_params_b * 1e9 * batch_size / (
         tp * _compute_tflops(gpu, quantization) * 1e12 * PREFILL_MFU
