@@ -10,8 +10,9 @@ Each iteration picks one step the way SGLang's event loop does:
    plus a reserve for its future output (``new_token_ratio`` of ``max_new_tokens``, decaying
    from 0.7 to 0.1 as decode steps go by, reset after a retraction). The step's token budget
    is ``chunked_prefill_size``; a prompt that does not fit is cut, and its remainder is the
-   first thing in the next extend batch. Requests whose prompt is complete get their first
-   token at the end of the step.
+   first thing in the next extend batch; ``max_prefill_tokens`` bounds the new tokens of one
+   batch (its first request always fits, as in SGLang). Requests whose prompt is complete get
+   their first token at the end of the step.
 2. **Otherwise decode.** Every running request gets one token. If the pool cannot hold one
    more token per request even after evicting unlocked cache leaves, requests are *retracted*
    (fewest output tokens first, as SGLang picks them) and go back to the front of the queue
@@ -376,8 +377,10 @@ class SimEngine:
                 matched, node = self.radix.match_prefix(tokens[: max(matched, 0)])
             uncached = len(tokens) - matched
             out_reserve = min(req.max_new_tokens - len(req.output_ids), RESERVE_CLIP) * self.new_token_ratio
-            self.radix.lock(node)  # protect the matched prefix from the eviction just below
             take = min(uncached, budget)
+            if chunks and sum(t for _, t in chunks) + take > self.config.max_prefill_tokens:
+                break  # SGLang's --max-prefill-tokens: a batch's input budget (its first request always fits)
+            self.radix.lock(node)  # protect the matched prefix from the eviction just below
             need = take + (out_reserve if take == uncached else 0) + reserve
             if not self._ensure_free(need):
                 self.radix.unlock(node)
