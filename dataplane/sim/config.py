@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from . import timing
 
 SCHEDULE_POLICIES = ("fcfs", "lpm")
-OTHER_SGLANG_POLICIES = ("random", "dfs-weight", "lof", "priority")
+# SGLang's other policies (schedule_policy.py: CacheAwarePolicy / CacheAgnosticPolicy); "priority" was
+# a policy name in older releases before --enable-priority-scheduling.
+OTHER_SGLANG_POLICIES = ("random", "dfs-weight", "lof", "priority", "hrrn", "shortest-prefill-first", "routing-key")
 
 
 @dataclass
