@@ -69,13 +69,14 @@ class EdgeApp:
         self.service = service
         s = service.settings
         self.throttle = door.AddressThrottle(s.unauth_rate_per_s, s.unauth_burst)
+        self.check_credentials = door.CredentialCheck(lambda: self.service.catalog)
 
     def early(self, conn: httpserver.Connection, method: str, path: str,
               headers: dict[bytes, bytes]) -> httpserver.EarlyAnswer | None:
         """Before an inference request's body is read: without valid credentials it is answered now."""
         if method != "POST" or path not in INFERENCE_ROUTES:
             return None
-        exc = door.check_credentials(lambda: self.service.catalog, headers.get(b"authorization"))
+        exc = self.check_credentials(headers.get(b"authorization"))
         if exc is None:
             return None
         exc = door.authentication_error(exc, self.throttle, conn.client)
@@ -92,7 +93,7 @@ class EdgeApp:
                 if method != "POST":
                     raise errors.EdgeError(405, "Use POST.", code="method_not_allowed")
                 if not request.early_checked:  # a pipelined request: the early check did not run
-                    exc = door.check_credentials(lambda: self.service.catalog, request.headers.get(b"authorization"))
+                    exc = self.check_credentials(request.headers.get(b"authorization"))
                     if exc is not None:
                         raise exc
                 headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers.items()}

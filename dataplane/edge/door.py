@@ -88,14 +88,31 @@ def authentication_error(exc: errors.EdgeError, throttle: AddressThrottle, addre
                             headers={"retry-after": str(max(1, round(wait + 0.5)))})
 
 
-def check_credentials(get_catalog: Callable, authorization: bytes | None) -> errors.EdgeError | None:
-    """The error a request with these credentials gets, or None (valid, or no snapshot yet: the
-    handler answers that one)."""
-    catalog = get_catalog()
-    if catalog is None:
+class CredentialCheck:
+    """The early check: the error a request's credentials get, or None (valid, or no snapshot yet:
+    the handler answers that one). Header values that passed against the current snapshot are
+    remembered until the next snapshot, so a valid key costs one set lookup here; the service
+    still authenticates every request itself (expiry included)."""
+
+    def __init__(self, get_catalog: Callable, max_entries: int = 4096) -> None:
+        self._get_catalog = get_catalog
+        self._catalog = None
+        self._passed: set[bytes] = set()
+        self.max_entries = max_entries
+
+    def __call__(self, authorization: bytes | None) -> errors.EdgeError | None:
+        catalog = self._get_catalog()
+        if catalog is None:
+            return None
+        if catalog is not self._catalog:
+            self._catalog, self._passed = catalog, set()
+        if authorization in self._passed:
+            return None
+        try:
+            authenticate(catalog, authorization.decode("latin-1") if authorization else None)
+        except errors.EdgeError as exc:
+            return exc
+        if len(self._passed) >= self.max_entries:
+            self._passed.clear()
+        self._passed.add(authorization)
         return None
-    try:
-        authenticate(catalog, authorization.decode("latin-1") if authorization else None)
-    except errors.EdgeError as exc:
-        return exc
-    return None
