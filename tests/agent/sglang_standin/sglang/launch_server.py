@@ -37,7 +37,8 @@ SGLANG_FLAGS: dict[str, bool] = {
     "--watchdog-timeout": True, "--download-dir": True, "--load-format": True, "--skip-server-warmup": False,
     "--base-gpu-id": True, "--revision": True, "--chat-template": True,
 }
-SCHEDULE_POLICIES = ("lpm", "random", "fcfs", "dfs-weight", "lof", "priority")
+SCHEDULE_POLICIES = ("lpm", "random", "fcfs", "dfs-weight", "lof", "priority", "hrrn", "shortest-prefill-first",
+                     "routing-key")
 
 
 def check(argv: list[str]) -> str | None:
