@@ -18,9 +18,15 @@ repetition, each from the seeded state (the database is put back between ticks, 
 
 A statement is one DBAPI ``execute``/``executemany`` call (SQLAlchemy's
 ``before_cursor_execute`` event); batched INSERTs (insertmanyvalues) count once per page.
+Besides wall time, each tick reports the CPU time of this process (``process_time``: the
+tick's Python side, less sensitive than wall time to other work on a shared machine) and the
+ORM objects it loads (``orm``: the session's ``loaded_as_persistent`` events; the tick reads the
+fleet as plain rows, so a steady tick loads only the catalog's few rows).
 The point to read off: statements stay flat as pools and nodes grow, churn included (new nodes,
 replicas and launch operations are written in batches); time grows with the fleet, about
 linearly, since every tick reads every live node and replica.
+
+Before/after comparisons of two source trees, alternating runs: ``bench.controlplane.reconcile_compare``.
 """
 
 from __future__ import annotations
@@ -201,6 +207,8 @@ def counting(settings: Settings) -> Iterator[list[str]]:
 @dataclass
 class TickMeasure:
     seconds: float
+    cpu_seconds: float
+    orm_objects: int  # ORM objects the tick loaded (the session's loaded_as_persistent events)
     statements: int
     by_verb: dict[str, int]
     pools: int
@@ -218,14 +226,21 @@ def verb(statement: str) -> str:
 
 def measure_tick(settings: Settings, now: dt.datetime | None = None) -> TickMeasure:
     with counting(settings) as statements:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         with session_scope(settings) as s:
+            loaded = [0]
+
+            def count_loaded(session, instance) -> None:
+                loaded[0] += 1
+
+            event.listen(s, "loaded_as_persistent", count_loaded)
             result = fleet_tick(s, settings, now or utcnow())
-        seconds = time.perf_counter() - started
+            orm_objects = loaded[0]
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     verbs: dict[str, int] = {}
     for statement in statements:
         verbs[verb(statement)] = verbs.get(verb(statement), 0) + 1
-    return TickMeasure(seconds, len(statements), verbs, result.pools, result.placed, result.launched, result.stopped,
+    return TickMeasure(seconds, cpu, orm_objects, len(statements), verbs, result.pools, result.placed, result.launched, result.stopped,
                        result.terminated, result.moves, result.skipped)
 
 
@@ -256,6 +271,9 @@ def summarize(runs: list[TickMeasure]) -> dict:
     last = runs[-1]
     return {
         "median_seconds": round(statistics.median(r.seconds for r in runs), 4),
+        "min_seconds": round(min(r.seconds for r in runs), 4),
+        "median_cpu_seconds": round(statistics.median(r.cpu_seconds for r in runs), 4),
+        "orm_objects": max(r.orm_objects for r in runs),
         "statements": sorted({r.statements for r in runs}),
         "by_verb": last.by_verb,
         "placed": last.placed,
@@ -279,12 +297,13 @@ def main() -> None:
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"{'pools':>6} {'nodes':>6} {'replicas':>8} | {'steady s':>9} {'stmts':>6} | {'churn s':>8} {'stmts':>6} "
-          f"{'placed':>6} {'launch':>6} {'stop':>5}")
+    print(f"{'pools':>6} {'nodes':>6} {'replicas':>8} | {'steady s':>9} {'cpu s':>6} {'stmts':>6} {'orm':>5} | "
+          f"{'churn s':>8} {'cpu s':>6} {'stmts':>6} {'placed':>6} {'launch':>6} {'stop':>5}")
     for r in results:
         st, ch = r["steady"], r["churn"]
         print(f"{r['pools']:>6} {r['nodes']:>6} {r['replicas']:>8} | {st['median_seconds']:>9.3f} "
-              f"{max(st['statements']):>6} | {ch['median_seconds']:>8.3f} {max(ch['statements']):>6} "
+              f"{st['median_cpu_seconds']:>6.3f} {max(st['statements']):>6} {st['orm_objects']:>5} | "
+              f"{ch['median_seconds']:>8.3f} {ch['median_cpu_seconds']:>6.3f} {max(ch['statements']):>6} "
               f"{ch['placed']:>6} {ch['launched']:>6} {ch['stopped']:>5}")
     for r in results:
         print(f"{r['pools']} pools, churn statements by verb: {r['churn']['by_verb']}")

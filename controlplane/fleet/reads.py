@@ -127,10 +127,29 @@ NODE_COLUMNS = (N.id, N.state, N.cloud, N.region, N.zone, N.instance_type, N.spo
                 N.drain_deadline_at)
 REPLICA_COLUMNS = (RT.id, RT.node_id, RT.pool_id, RT.state, RT.desired_state, RT.gpu_ids, RT.replaces_id,
                    RT.model_ready_seconds, RT.created_at, RT.drain_deadline_at, RT.stop_reason)
-# ``gpu_ids`` is read as its JSON text: a fleet holds few distinct index lists ([0], [2, 3], …), each
-# parsed once per tick into a shared tuple, where the driver would decode one list per row.
+# JSON columns whose values repeat across rows are read as their JSON text and parsed once per
+# distinct text per tick (``_Parsed``), where the driver would decode every row's: a fleet holds few
+# distinct GPU index lists ([0], [2, 3], …), and a variant's needs repeat on each of its pools' rows.
+# The parsed values are shared between rows, so the tick never mutates them (``gpu_ids`` becomes
+# a tuple).
+_POOL_JSON = (P.placement, V.gpu_types, V.profiled_tokens_per_s)
+_POOL_SELECT = tuple(cast(c, Text) if c in _POOL_JSON else c for c in POOL_COLUMNS)
+_POOL_JSON_AT = tuple(POOL_COLUMNS.index(c) for c in _POOL_JSON)
 _REPLICA_SELECT = tuple(cast(c, Text) if c is RT.gpu_ids else c for c in REPLICA_COLUMNS)
-_GPU_IDS = REPLICA_COLUMNS.index(RT.gpu_ids)
+_GPU_IDS_AT = REPLICA_COLUMNS.index(RT.gpu_ids)
+
+
+class _Parsed(dict):
+    """JSON text → its value, parsed on first use (``None`` stays ``None``)."""
+
+    def __init__(self, convert=None) -> None:
+        super().__init__({None: None})
+        self.convert = convert
+
+    def __missing__(self, text: str) -> Any:
+        value = json.loads(text)
+        value = self[text] = self.convert(value) if self.convert else value
+        return value
 
 
 @dataclass
@@ -163,30 +182,29 @@ class Fleet:
 def read_fleet(session: Session) -> Fleet:
     """Every pool, every live node and every replica on one that holds GPUs or is wanted, in
     three statements, ordered as the ORM reads were (pools and replicas by id)."""
-    pools = {row[0]: PoolRow(*row) for row in session.execute(
-        select(*POOL_COLUMNS).join_from(Pool.__table__, ModelVariant.__table__, P.variant_id == V.id)
-        .order_by(P.id)).all()}
+    parsed = _Parsed()
+    pools: dict[uuid.UUID, PoolRow] = {}
+    for row in session.execute(select(*_POOL_SELECT).join_from(Pool.__table__, ModelVariant.__table__,
+                                                               P.variant_id == V.id).order_by(P.id)).all():
+        values = list(row)
+        for i in _POOL_JSON_AT:
+            values[i] = parsed[values[i]]
+        pools[row[0]] = PoolRow(*values)
     nodes = {row[0]: NodeRow(*row) for row in session.execute(
         select(*NODE_COLUMNS).where(N.state.in_(FLEET_NODE_STATES))).all()}
     replicas: list[ReplicaRow] = []
     if nodes:
         pool_keys: dict[uuid.UUID, str] = {pool_id: str(pool_id) for pool_id in pools}
-        gpu_lists: dict[str | None, tuple[int, ...] | None] = {None: None}
+        gpu_lists = _Parsed(tuple)
         rows = session.execute(select(*_REPLICA_SELECT).where(RT.node_id.in_(list(nodes)), RT.state.not_in(ENDED))
                                .order_by(RT.id)).all()
         for row in rows:
             r = ReplicaRow(*row)
-            text = row[_GPU_IDS]
-            if (ids := gpu_lists.get(text, _MISSING)) is _MISSING:
-                ids = gpu_lists[text] = tuple(json.loads(text))
-            r.gpu_ids = ids
+            r.gpu_ids = gpu_lists[row[_GPU_IDS_AT]]
             r.key = str(r.id)
             r.pool_key = pool_keys.get(r.pool_id) or str(r.pool_id)
             replicas.append(r)
     return Fleet(pools, nodes, replicas)
-
-
-_MISSING: Any = object()
 
 
 def load_node_metrics(session: Session, nodes: Iterable[NodeRow]) -> None:
