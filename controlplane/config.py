@@ -49,10 +49,6 @@ class Settings(BaseSettings):
         default_factory=ThrottleSettings,
         description='Sign-in backoff and lock-out (services/signin_throttle.py), JSON, e.g. {"lock_after": 5}.',
     )
-    trusted_proxies: list[str] = Field(
-        default_factory=list,
-        description="CIDRs of proxies/load balancers whose X-Forwarded-For names the client (sign-in throttling).",
-    )
     sql_echo: bool = False
     # -- provisioning (Celery workers) ------------------------------------------------
     celery_key_prefix: str = Field(

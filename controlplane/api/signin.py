@@ -25,9 +25,7 @@ API_KEY_PREFIX_LEN = 12  # "nmb_" + 8 id chars: the public prefix shown in listi
 
 
 def caller_address(connection: ASGIConnection) -> str:
-    settings = connection.app.state.settings
-    peer = connection.client.host if connection.client else None
-    return client_address(peer, connection.headers.get("x-forwarded-for"), settings.trusted_proxies)
+    return client_address(connection.client.host if connection.client else None)
 
 
 def throttle(connection: ASGIConnection) -> SigninThrottle:

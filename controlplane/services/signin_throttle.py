@@ -238,32 +238,21 @@ class _RedisStore:
             raise StoreUnavailable(str(exc)) from exc
 
 
-def client_address(peer: str | None, forwarded_for: str | None, trusted: list[str]) -> str:
-    """The caller's address as the throttle keys it: the peer, or, when the peer is a trusted proxy,
-    the right-most untrusted hop of ``X-Forwarded-For``. IPv6 is keyed by its /64 (one host usually
-    holds a whole /64)."""
-    nets = [ipaddress.ip_network(n, strict=False) for n in trusted]
-
-    def is_trusted(addr: str) -> bool:
-        try:
-            ip = ipaddress.ip_address(addr)
-        except ValueError:
-            return False
-        return any(ip in n for n in nets)
-
+def client_address(peer: str | None) -> str:
+    """The caller's address as the throttle keys it. Behind a load balancer the peer is the one
+    uvicorn's proxy-headers support took from ``X-Forwarded-For`` (``nimbus api`` enables it; set
+    ``FORWARDED_ALLOW_IPS`` to the balancers' addresses, else every client shares theirs). IPv6 is
+    keyed by its /64: one host usually holds a whole /64."""
     addr = peer or "unknown"
-    if nets and forwarded_for and is_trusted(addr):
-        for hop in reversed([h.strip() for h in forwarded_for.split(",") if h.strip()]):
-            addr = hop
-            if not is_trusted(hop):
-                break
     try:
         ip = ipaddress.ip_address(addr)
     except ValueError:
         return addr[:64]
-    if ip.version == 6 and not ip.ipv4_mapped:
+    if ip.version == 6 and ip.ipv4_mapped:
+        return str(ip.ipv4_mapped)
+    if ip.version == 6:
         return str(ipaddress.ip_network(f"{ip}/64", strict=False))
-    return str(ip.ipv4_mapped or ip) if ip.version == 6 else str(ip)
+    return str(ip)
 
 
 class SigninThrottle:
