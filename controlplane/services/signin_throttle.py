@@ -271,6 +271,7 @@ class SigninThrottle:
         self._memory = _MemoryStore(clock)
         self._redis = _RedisStore(redis_url) if s.store != "memory" and redis_url else None
         self._redis_down_until = 0.0
+        self._warned = False
 
     # ------------------------------------------------------------------ plumbing
     def _keys(self, sub: Subject) -> list[str]:
@@ -291,8 +292,11 @@ class SigninThrottle:
                 if self.settings.store == "redis":
                     raise
                 self._redis_down_until = time.monotonic() + _RETRY_REDIS_S
-                log.warning("sign-in throttle: Redis unavailable (%s); counting in this process for %.0f s",
-                            exc.__class__.__name__, _RETRY_REDIS_S)
+                # Once at warning level (embedded mode without redis-server meets this on every retry).
+                (log.debug if self._warned else log.warning)(
+                    "sign-in throttle: Redis unavailable (%s); counting in this process, retrying every %.0f s",
+                    exc, _RETRY_REDIS_S)
+                self._warned = True
         return await self._memory.transact(keys, fn)
 
     def _blocking(self, states: list[dict | None], now: float) -> tuple[float, bool, Scope | None]:
