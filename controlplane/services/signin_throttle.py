@@ -43,6 +43,18 @@ unreachable) the ``auto`` store counts in this process's memory and retries Redi
 ``_RETRY_REDIS_S``: one API process (embedded) loses nothing, several would each allow the limits
 once. ``redis`` refuses sign-ins (503) rather than count locally; ``memory`` never uses Redis.
 Keys hold SHA-256 digests of account names and addresses, never the names or any secret.
+
+Defaults (``ThrottleSettings``; ``NIMBUS_SIGNIN_THROTTLE`` JSON overrides): pair 3 free failures,
+then 1, 2, 4, 8, 16, 30 s, the 10th locks 15 min (then 30, 60 min); account 20 free, locked at 50;
+address 30 free, locked at 100; a successful pair stays known 30 days. Accounts: the email
+(lower-cased) for passwords, the key's public prefix (``nmb_xxxxxxxx``) for API keys,
+``admin`` for the admin token (one set of buckets for the console and the admin API).
+
+Audit (``audit_events``, written by ``api/signin.py``): ``signin.success``, ``signin.failure``
+and ``signin.locked`` (the failure that started a lock) with kind, channel, address, account label
+(an email only when a tenant holds it, else a digest) and the failure count. An attempt refused
+unchecked while backing off or locked is counted in ``nimbus_signin_throttled_total`` rather than
+audited, so a flood of refused tries never becomes a flood of database writes.
 """
 
 from __future__ import annotations
