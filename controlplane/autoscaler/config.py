@@ -20,8 +20,10 @@ class AutoscalerConfig:
     capacity_scale_min: float = 0.5
     capacity_scale_max: float = 1.1
     # Below 1.0 (after a breach) the scale returns to the profile with this half-life while
-    # the SLO holds (``policy.tune_capacity_scale``).
+    # the SLO holds (``policy.tune_capacity_scale``), doubled for every further cut within the
+    # memory window: one breach is likely noise, a breach every hour says the profile is high.
     capacity_scale_recovery_half_life_s: float = 1800.0
+    capacity_scale_breach_memory_s: float = 6 * 3600.0
     # Knative KPA windows: the stable window sizes the pool, the panic window catches bursts.
     stable_window_s: float = 60.0
     panic_window_s: float = 10.0

@@ -170,7 +170,7 @@ def learn_capacity(previous: float | None, obs: PoolObservation, config: Autosca
 
 
 def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, settled: bool, elapsed_s: float,
-                        config: AutoscalerConfig) -> float:
+                        recent_cuts: int, config: AutoscalerConfig) -> float:
     """SLO feedback on how much of the profiled capacity a replica really delivers: grow it
     slowly while a settled pool at its planned load keeps TTFT (``slo_ttft``) well inside the SLO.
 
@@ -182,13 +182,15 @@ def tune_capacity_scale(scale: float, demand: Demand, slo_s: float, settled: boo
     profile, often a minute of Poisson noise at full load, and the lesson must not outlive it
     by hours. A cut from 2 ready replicas (to 0.67) used to need TTFT under half the SLO at
     full load to grow back, which a pool run at its SLO capacity never shows: 1.5x the
-    replicas for the rest of the day. If the profile really is too high, the next breach cuts
-    again (AIMD: the scale saws below the truth instead of sitting far under it)."""
+    replicas for the rest of the day. If the profile really is too high, the breaches come
+    back, and each cut within the memory window doubles the half-life (``recent_cuts``), so a
+    wrong profile settles low instead of sawing between breaches."""
     load, ttft = demand.load_per_replica, demand.slo_ttft_s
     if load is None or ttft is None or not settled:
         return scale
     if scale < 1.0 and ttft <= slo_s and elapsed_s > 0:
-        scale = 1.0 - (1.0 - scale) * 0.5 ** (elapsed_s / config.capacity_scale_recovery_half_life_s)
+        half_life = config.capacity_scale_recovery_half_life_s * 2 ** max(0, recent_cuts - 1)
+        scale = 1.0 - (1.0 - scale) * 0.5 ** (elapsed_s / half_life)
     if ttft < config.capacity_scale_slack * slo_s and load >= 0.9 * scale:
         scale *= 1 + config.capacity_scale_up_step
     return min(config.capacity_scale_max, max(config.capacity_scale_min, scale))
@@ -463,7 +465,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     # Learn only from a settled pool: no cold start under way, no panic in the last minute.
     settled = len(ready) == len(active) and not (state.panic_until is not None and now < state.panic_until)
     elapsed = now - state.demand_samples[-1][0] if state.demand_samples else 0.0
-    scale = tune_capacity_scale(state.capacity_scale, demand, spec.ttft_slo_s, settled, elapsed, config)
+    cuts = tuple(t for t in state.capacity_cuts if t > now - config.capacity_scale_breach_memory_s)
+    scale = tune_capacity_scale(state.capacity_scale, demand, spec.ttft_slo_s, settled, elapsed, len(cuts), config)
     capacity = profiled * scale if profiled else None
 
     keep_s = max(config.stable_window_s, config.panic_window_s)
@@ -485,6 +488,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     if breach and profiled:
         scale = cut_capacity_scale(scale, demand.ready, config)
         capacity = profiled * scale
+        cuts = (*cuts, now)
 
     panic_units = reactive.panic_units if in_panic else 0.0
     need = max(reactive.stable_units, predicted, float(breach), panic_units)
@@ -539,6 +543,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         last_scale_down_at=now if state.target is not None and target < state.target else state.last_scale_down_at,
         tokens_per_replica_s=learned,
         capacity_scale=scale,
+        capacity_cuts=cuts,
         last_slo_ttft_s=demand.slo_ttft_s,
         last_queue_total=demand.queue_total,
     )

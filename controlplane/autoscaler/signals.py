@@ -135,6 +135,9 @@ class AutoscalerState:
     tokens_per_replica_s: float | None = None
     # Share of the profiled capacity a replica delivers inside the SLO, learned from TTFT.
     capacity_scale: float = 1.0
+    # When the SLO feedback last cut that scale, within ``capacity_scale_breach_memory_s``:
+    # repeated cuts slow its return to the profile (``policy.tune_capacity_scale``).
+    capacity_cuts: tuple[float, ...] = ()
     # Previous tick's TTFT the SLO was judged on (the edges' p90, else the engines' p95), to
     # tell a draining backlog apart.
     last_slo_ttft_s: float | None = None
@@ -152,6 +155,8 @@ class AutoscalerState:
         for key in ("demand_samples", "need_samples"):
             if key in known:
                 known[key] = tuple((float(t), float(v)) for t, v in known[key])
+        if "capacity_cuts" in known:
+            known["capacity_cuts"] = tuple(float(t) for t in known["capacity_cuts"])
         return cls(**known)
 
     def evolve(self, **changes) -> AutoscalerState:

@@ -12,10 +12,10 @@ PROFILE = 1000.0  # tok/s one replica serves at the SLO
 
 
 def run(scale: float, ttft: float, seconds: float, *, rate: float = 3000.0, replicas: int = 4,
-        config: AutoscalerConfig | None = None) -> list[tuple[float, float, int]]:
+        config: AutoscalerConfig | None = None, cuts: tuple[float, ...] = ()) -> list[tuple[float, float, int]]:
     """(t, capacity scale, target) every 5 s for a pool whose load and TTFT stay as given."""
     spec = make_spec(ttft_slo_s=SLO, replica_tokens_per_s=PROFILE)
-    state = AutoscalerState(capacity_scale=scale, target=replicas)
+    state = AutoscalerState(capacity_scale=scale, target=replicas, capacity_cuts=cuts)
     seen = []
     t = 0.0
     while t <= seconds:
@@ -50,3 +50,21 @@ def test_recovery_half_life_is_a_setting():
     assert fast[-1][1] >= 0.88
     slow = run(0.6, ttft=1.6, seconds=600.0)
     assert slow[-1][1] < 0.7
+
+
+def test_repeated_cuts_slow_the_return():
+    # Two cuts in the last hours: the profile looks high, so the half-life doubles (60 min).
+    seen = run(0.6, ttft=1.6, seconds=1800.0, cuts=(-3600.0, -600.0))
+    assert 0.70 <= seen[-1][1] <= 0.73  # 0.6 + 0.4 * (1 - 2 ** -0.5)
+    # Cuts older than the memory window (6 h) no longer count.
+    seen = run(0.6, ttft=1.6, seconds=1800.0, cuts=(-30000.0, -25000.0))
+    assert seen[-1][1] >= 0.78
+
+
+def test_a_breach_records_its_cut():
+    spec = make_spec(ttft_slo_s=SLO, replica_tokens_per_s=PROFILE)
+    obs = PoolObservation(now=100.0, replicas=pool_at(4, 0.6, ttft=3.0), token_rate_history=[(100.0, 3000.0)])
+    decision, state = decide(spec, obs, AutoscalerState(target=4))
+    assert decision.target_replicas > 4
+    assert state.capacity_scale < 1.0 and state.capacity_cuts == (100.0,)
+    assert AutoscalerState.from_json(state.to_json()) == state
