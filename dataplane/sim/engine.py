@@ -16,8 +16,9 @@ Each iteration picks one step the way SGLang's event loop does:
 2. **Otherwise decode.** Every running request gets one token. If the pool cannot hold one
    more token per request even after evicting unlocked cache leaves, requests are *retracted*
    (fewest output tokens first, as SGLang picks them) and go back to the front of the queue
-   keeping their output; their KV goes into the radix cache, so re-admission recomputes only
-   what was evicted meanwhile.
+   keeping their output; as in SGLang, the KV the radix tree does not hold (the decoded tokens)
+   is freed, so re-admission finds the prompt in the cache (unless evicted meanwhile) and
+   recomputes the output so far.
 
 KV accounting: ``used = radix.total_size + Σ private tokens of running requests``, where
 private tokens are those not (yet) in the tree. Prompts enter the tree as soon as they are
@@ -303,9 +304,10 @@ class SimEngine:
         req.node = node
         req.in_tree = covered - covered % self.radix.page_size if self.radix.enabled else 0
 
-    def _release(self, req: SimRequest) -> None:
-        """Request leaves the GPU: cache what it computed, drop its lock."""
-        if req.prefilled:
+    def _release(self, req: SimRequest, cache: bool = True) -> None:
+        """Request leaves the GPU: cache what it computed (unless ``cache`` is off: a retraction
+        frees the KV the tree does not hold yet, i.e. the decoded tokens), drop its lock."""
+        if req.prefilled and cache:
             self._attach(req, req.prefilled)
         if req.node is not None:
             self.radix.unlock(req.node)
@@ -426,7 +428,9 @@ class SimEngine:
         while victims and len(self.running) > 1 and not self._ensure_free(len(self.running)):
             req = victims.pop(0)
             self.running.remove(req)
-            self._release(req)
+            # SGLang's retract_decode frees what the radix tree does not hold (the decoded tokens;
+            # the prompt was inserted when it was prefilled): re-admission recomputes the output.
+            self._release(req, cache=False)
             self.waiting.appendleft(req)
             self.retractions += 1
             retracted += 1
