@@ -7,7 +7,8 @@ this suite starts itself, small enough that saturating it takes seconds.
 The same assertions run against both; ``dataplane/sim/CONFORMANCE.md`` lists what each test
 checks and where in SGLang's source the behaviour was read. Against a real engine the workloads
 are sized from what the engine reports (``/get_server_info``), so the load tests take longer on
-a large GPU (about a minute on an 8B model on one H100). Optional: ``NIMBUS_ENGINE_API_KEY``
+a large GPU (an estimate, not measured here: a few minutes for an 8B model on one H100, since the
+workload is three KV pools' worth of tokens). Optional: ``NIMBUS_ENGINE_API_KEY``
 (sent as a bearer token), ``NIMBUS_CONFORMANCE_TOKEN_RANGE`` (``lo,hi``: token ids safe to send
 as ``input_ids``, default ``1000,20000``).
 
