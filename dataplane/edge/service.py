@@ -431,8 +431,10 @@ class EdgeService:
             return errors.EdgeError(
                 422, "The model engine failed on this request on two replicas; it cannot be processed as sent. "
                      "Check its parameters.", code="engine_rejected_request")
-        self._charge(first)  # different failures on two replicas: each one's own
-        self._charge(second)
+        if not first.charged and not second.charged:  # two different failures: each replica's own
+            self._charge(first)
+            self._charge(second)
+        # Else one replica was unreachable (charged already), which says nothing about the other's failure.
         return errors.upstream_failed()
 
     def _unverified(self, failure: Failure) -> errors.EdgeError:

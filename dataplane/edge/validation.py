@@ -250,11 +250,15 @@ def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_
         prompt_text = chat_prompt_text(body.get("messages"), max_messages)
     else:
         prompt_text = completion_prompt_text(body.get("prompt"))
-    tokens_field = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = body.get(tokens_field)
+    tokens_field = "max_tokens"
+    max_tokens = body.get("max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = body.get("max_tokens")
+    else:
+        tokens_field = "max_completion_tokens"
     if max_tokens is None:
         max_tokens = DEFAULT_MAX_TOKENS
-    elif not _is_int(max_tokens) or not 1 <= max_tokens <= MAX_TOKENS_CAP:
+    elif type(max_tokens) is not int or not 1 <= max_tokens <= MAX_TOKENS_CAP:  # (a bool is not an int here)
         raise errors.bad_request(f"`{tokens_field}` must be a positive integer.", param=tokens_field)
     for name, value in body.items():  # a request has a handful of fields; the table has dozens
         found = OPTIONAL_FIELDS.get(name)
@@ -269,7 +273,7 @@ def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_
     _number(body, "presence_penalty", -2, 2)
     _number(body, "frequency_penalty", -2, 2)
     n = body.get("n", 1)
-    if not _is_int(n) or not 1 <= n <= max_n:
+    if type(n) is not int or not 1 <= n <= max_n:
         raise errors.bad_request(f"`n` must be an integer between 1 and {max_n}.", param="n")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
