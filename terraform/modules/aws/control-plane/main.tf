@@ -2,6 +2,11 @@ data "aws_caller_identity" "current" {}
 data "aws_partition" "current" {}
 data "aws_region" "current" {}
 
+data "aws_subnet" "alb" {
+  for_each = toset(var.public_subnet_ids)
+  id       = each.value
+}
+
 locals {
   account_id = data.aws_caller_identity.current.account_id
   partition  = data.aws_partition.current.partition
@@ -14,6 +19,11 @@ locals {
     NIMBUS_STATE_DIR    = "/tmp/nimbus"
     NIMBUS_API_PORT     = tostring(var.api_port)
     AWS_REGION          = data.aws_region.current.name
+    # uvicorn takes the client address from X-Forwarded-For only when the peer is one of
+    # these. The API's security group admits the load balancer alone, whose nodes live in
+    # the public subnets; trusting "*" instead would let a client pick its own address
+    # (the ALB appends to a client-sent header) and so dodge the per-address sign-in throttle.
+    FORWARDED_ALLOW_IPS = join(",", sort([for s in data.aws_subnet.alb : s.cidr_block]))
   })
 
   secrets = {
