@@ -8,15 +8,15 @@ Each iteration picks one step the way SGLang's event loop does:
    fcfs, and so do we). A request is admitted while the running count stays under
    ``max_running_requests`` and the KV pool (free + evictable) covers its uncached tokens
    plus a reserve for its future output (``new_token_ratio`` of ``max_new_tokens``, decaying
-   from 0.7 to 0.1 as decode steps go by, reset after a retraction). The step's token budget
+   from 0.7 to 0.1 as decode steps go by, re-estimated after a retraction). The step's token budget
    is ``chunked_prefill_size``; a prompt that does not fit is cut, and its remainder is the
    first thing in the next extend batch; ``max_prefill_tokens`` bounds the new tokens of one
    batch (its first request always fits, as in SGLang). Requests whose prompt is complete get
    their first token at the end of the step.
 2. **Otherwise decode.** Every running request gets one token. If the pool cannot hold one
    more token per request even after evicting unlocked cache leaves, requests are *retracted*
-   (fewest output tokens first, as SGLang picks them) and go back to the front of the queue
-   keeping their output; as in SGLang, the KV the radix tree does not hold (the decoded tokens)
+   (fewest output tokens first, as SGLang picks them) and go to the back of the queue keeping
+   their output (the reserve ratio becomes SGLang's post-retraction estimate); as in SGLang, the KV the radix tree does not hold (the decoded tokens)
    is freed, so re-admission finds the prompt in the cache (unless evicted meanwhile) and
    recomputes the output so far.
 
@@ -53,6 +53,7 @@ INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = 0.1
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
 RESERVE_CLIP = 4096  # SGLang clips the per-request output reserve the same way
+RETRACT_DECODE_STEPS = 20  # SGLang's retract_decode_steps: headroom in its post-retraction ratio
 LPM_FALLBACK_QUEUE = 128
 GEN_THROUGHPUT_INTERVAL = 40  # decode steps between throughput samples (SGLang's log interval)
 CRASH_EXIT_CODE = 70
@@ -431,11 +432,16 @@ class SimEngine:
             # SGLang's retract_decode frees what the radix tree does not hold (the decoded tokens;
             # the prompt was inserted when it was prefilled): re-admission recomputes the output.
             self._release(req, cache=False)
-            self.waiting.appendleft(req)
+            self.waiting.append(req)  # SGLang re-queues retracted requests at the back of the queue
             self.retractions += 1
             retracted += 1
         self.retracted_last_step = retracted
-        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        # SGLang's post-retraction estimate: what the remaining batch has decoded, plus
+        # retract_decode_steps tokens each, over what it may decode in all.
+        decoded = sum(len(r.output_ids) for r in self.running)
+        budget = sum(r.max_new_tokens for r in self.running)
+        ratio = (decoded + RETRACT_DECODE_STEPS * len(self.running)) / budget if budget else 1.0
+        self.new_token_ratio = min(1.0, ratio)
         del needed
 
     def _reap_aborted(self) -> None:
