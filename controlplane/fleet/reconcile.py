@@ -193,21 +193,27 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     shapes = placement_catalog.shapes(catalog)
     in_flight = move_ends(fleet.replicas, by_id)
     slots = {n.id: node_slots(n, by_node, shapes, in_flight) for n, by_node in _nodes_with_replicas(fleet)}
+    sized = (slots, in_flight, len(fleet.replicas))  # what consolidation may reuse (consolidation_slots)
     needs: list[PoolNeed] = []
     scaling_up: set[str] = set()
-    # Each pool's counted replicas, grouped in one pass (a scan per pool would be pools × replicas).
+    # Each pool's counted replicas (and those on spot nodes), grouped in one pass (a scan per pool
+    # would be pools × replicas).
     counted: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)
+    counted_spot: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)
     for r in fleet.replicas:
-        if counts_for_pool(r, by_id) and fleet.nodes[r.node_id].state in PLACEABLE_NODE_STATES:
+        if counts_for_pool(r, by_id) and (node := fleet.nodes[r.node_id]).state in PLACEABLE_NODE_STATES:
             counted[r.pool_id].append(r)
+            if node.spot:
+                counted_spot[r.pool_id].append(r)
     spot_blocks = [(b.cloud, b.region, b.expires_at) for b in blocks if b.spot is not False]
     cheapest: dict[tuple, float | None] = {}  # pools that need alike share their cheapest prices
+    pool_needs: dict[uuid.UUID, PoolNeed] = {}  # what consolidation reads too
     for pool in fleet.pools.values():
         if pool.paused:
             continue
         ours = counted.get(pool.id, [])
-        spot_now = [r for r in ours if fleet.nodes[r.node_id].spot]
-        need = pool_need(pool)
+        spot_now = counted_spot.get(pool.id, [])
+        need = pool_needs[pool.id] = pool_need(pool)
         mix = markets.split_by_capacity_type(
             pool.spot_policy.value, pool.spot_base_on_demand, pool.desired_replicas,
             spot_price=_cheapest(offers, need, spot=True, memo=cheapest),
@@ -297,7 +303,7 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     # 5. consolidate
     if settings.consolidation_enabled:
         result.moves = consolidate(session, changes, fleet, offers, shapes, budget, scaling_up, now, settings, result,
-                                   launch_ops)
+                                   launch_ops, pool_needs=pool_needs, sized=sized)
     session.flush()  # every new node (with its replicas) first: the launch operations reference them
     changes.flush(session)
     session.add_all(launch_ops)
@@ -386,8 +392,8 @@ def _drain_finished(node: NodeRow, drained: bool, now: dt.datetime) -> str | Non
 def finish_moves_and_drains(session: Session, changes: RowWrites, fleet: Fleet, by_id: dict[uuid.UUID, ReplicaRow],
                             now: dt.datetime, settings: Settings) -> None:
     for r in list(fleet.replicas):
-        node = fleet.nodes[r.node_id]
         if r.desired_state == STOP:
+            node = fleet.nodes[r.node_id]
             # Nothing can run on a node that never got a VM; elsewhere the agent confirms the stop,
             # or its deadline writes the replica off (a dead agent's node is swept separately).
             if node.instance_id is None and node.state in (S.pending, S.provisioning) and node.agent_url is None:
@@ -444,10 +450,39 @@ def consolidation_budget(settings: Settings) -> ConsolidationBudget:
     )
 
 
+def consolidation_slots(fleet: Fleet, shapes: placement_catalog.Shapes, in_flight: set[uuid.UUID],
+                        sized: tuple[dict[uuid.UUID, NodeSlots], set[uuid.UUID], int] | None = None,
+                        touched: set[uuid.UUID] = frozenset()) -> list[NodeSlots]:
+    """Every placeable node's slots as consolidation reads them, after placement and the node
+    step. ``sized``: the slots sizing built this tick, the move ends they saw, and how many
+    replicas the fleet held then; those of a node nothing changed on since are taken as they
+    are. A node changed if its row or one of its replicas' rows was changed (``touched``, from
+    ``RowWrites``), if it got a replica since (the replicas past that count), or if a replica on it
+    became or stopped being a move's end. Equal to building every node's slots afresh."""
+    by_node = fleet.on_node()
+    before, dirty = {}, set()
+    if sized is not None:
+        before, flight_before, count = sized
+        by_id = fleet.by_id
+        dirty = {r.node_id for r in fleet.replicas[count:]}
+        for row_id in touched | (in_flight ^ flight_before):
+            if row_id in fleet.nodes:
+                dirty.add(row_id)
+            elif (r := by_id.get(row_id)) is not None:
+                dirty.add(r.node_id)
+    slots = []
+    for n in fleet.nodes.values():
+        if n.state in PLACEABLE_NODE_STATES:
+            s = before.get(n.id) if n.id not in dirty else None
+            slots.append(s if s is not None else node_slots(n, by_node.get(n.id, []), shapes, in_flight))
+    return slots
+
+
 def consolidate(session: Session, changes: RowWrites, fleet: Fleet, offers: Sequence[Offer],
                 shapes: placement_catalog.Shapes, budget: ConsolidationBudget, scaling_up: set[str],
-                now: dt.datetime, settings: Settings, result: TickResult, launch_ops: list[Operation]) -> int:
-    by_node = fleet.on_node()
+                now: dt.datetime, settings: Settings, result: TickResult, launch_ops: list[Operation], *,
+                pool_needs: dict[uuid.UUID, PoolNeed] | None = None,
+                sized: tuple[dict[uuid.UUID, NodeSlots], set[uuid.UUID], int] | None = None) -> int:
     # Moves under way: a copy whose original still serves. A copy that took over long ago is just a
     # replica; counting it would hold its pool's move budget forever.
     by_id = fleet.by_id
@@ -458,9 +493,9 @@ def consolidate(session: Session, changes: RowWrites, fleet: Fleet, offers: Sequ
         if c.replaces_id is not None and c.id in in_flight:
             moves_in_flight[str(c.pool_id)] += 1
             source_nodes.add(by_id[c.replaces_id].node_id)
-    slots = [node_slots(n, by_node.get(n.id, []), shapes, in_flight) for n in fleet.nodes.values()
-             if n.state in PLACEABLE_NODE_STATES]
-    pools = {str(p.id): pool_need(p) for p in fleet.pools.values()}
+    slots = consolidation_slots(fleet, shapes, in_flight, sized, changes.touched)
+    pool_needs = pool_needs or {}
+    pools = {str(p.id): pool_needs.get(p.id) or pool_need(p) for p in fleet.pools.values()}
     paused = {str(p.id) for p in fleet.pools.values() if p.paused}
     actions = plan_consolidation(slots, pools, offers, now.timestamp(), budget,
                                  scaling_up=frozenset(scaling_up | paused), moves_in_flight=moves_in_flight,

@@ -52,10 +52,15 @@ class RowWrites:
     and set of changed columns, one ``UPDATE … WHERE id IN (…)`` when every row got the same
     values (the reconcile stamp of every pool), an executemany by id otherwise. ``updated_at``
     follows from the column's ``onupdate``, as with the ORM.
+
+    ``touched`` keeps the id of every row changed in memory this tick, written or not (``set``, and
+    ``touch`` for rows whose change the database made itself): what the tick rebuilds its derived
+    views of (``reconcile.consolidation_slots``).
     """
 
     def __init__(self) -> None:
         self._pending: dict[Table, dict[uuid.UUID, dict[str, Any]]] = {}
+        self.touched: set[uuid.UUID] = set()
 
     def set(self, row: Any, **values: Any) -> None:
         changed: dict[str, Any] | None = None
@@ -65,7 +70,12 @@ class RowWrites:
             setattr(row, key, value)
             if changed is None:
                 changed = self._pending.setdefault(row.table, {}).setdefault(row.id, {})
+                self.touched.add(row.id)
             changed[key] = value
+
+    def touch(self, row: Any) -> None:
+        """``row`` changed in memory to follow a write made otherwise (nothing to write here)."""
+        self.touched.add(row.id)
 
     def take(self, row: Any) -> dict[str, Any]:
         """The changes recorded for ``row``, no longer to be written here (its ORM object writes them)."""
@@ -187,11 +197,13 @@ def release_nodes(session: Session, changes: RowWrites, releases: Sequence[tuple
         if (op := begin_termination(session, node, now, settings, reason=reason)) is not None:
             ops.append(op)
         row.state, row.drain_deadline_at = node.state, node.drain_deadline_at
+        changes.touch(row)
         if (to := ENDS_REPLICAS.get(node.state)) is not None:
             ended[row.id] = to
     for r in replicas:
         if (to := ended.get(r.node_id)) is not None and r.state not in (R.stopped, R.failed):
             r.state, r.desired_state = to, ReplicaDesiredState.stopped
+            changes.touch(r)
     return ops
 
 
