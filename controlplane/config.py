@@ -79,7 +79,12 @@ class Settings(BaseSettings):
     drain_timeout_s: float = Field(default=300.0, ge=0, description="In-flight requests get this long to finish.")
     boot_timeout_s: float = Field(default=1200.0, gt=0, description="A booting node must heartbeat within this.")
     heartbeat_timeout_s: float = Field(default=90.0, gt=0, description="A ready node without heartbeat is stale.")
-    bootstrap_token_ttl_s: float = Field(default=1800.0, gt=0, le=3600, description="One-time node token TTL.")
+    bootstrap_token_ttl_s: float = Field(default=1800.0, gt=0, le=3600, description="Node bootstrap token TTL.")
+    bootstrap_retry_grace_s: float = Field(
+        default=1800.0, gt=0, le=3600,
+        description="A register retried with the same token (its answer lost) gets the same credential back for "
+                    "this long after the first register, until the agent first uses the credential.",
+    )
     block_zone_s: float = Field(default=600.0, gt=0, description="A capacity error avoids the zone this long.")
     block_region_s: float = Field(default=1800.0, gt=0, description="A quota error avoids the region this long.")
     block_cloud_s: float = Field(default=3600.0, gt=0, description="A config/auth error avoids the cloud this long.")

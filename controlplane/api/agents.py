@@ -5,10 +5,13 @@ expired or used token so a caller learns nothing about which it was):
 
 ``POST /register`` (no auth header: the body carries the one-time bootstrap token)
     ``{"node_id", "bootstrap_token", "agent_url", "hostname", "gpus": [0, 1], "engine", "version"}``
-    → ``200 {"credential": "<node credential, shown once>", "node_id", "node_state",
+    → ``200 {"credential": "<node credential>", "node_id", "node_state",
     "heartbeat_interval_s": null|s, "commands": [...], "replicas": [ReplicaEntry…]}``. The token
-    works once and only before its expiry; the node moves provisioning → booting. The credential
-    is stored hashed.
+    works only before its expiry; the node moves provisioning → booting. Safe to retry: a register
+    repeated with the same token (its answer was lost) gets the same credential back, until the
+    agent first uses the credential (any call below) or ``bootstrap_retry_grace_s`` after the first
+    register passes; after that the token is refused ``401``. Only digests are stored (see
+    ``services/agents.py``).
 
 All other calls send ``Authorization: Bearer <node credential>``; a credential is scoped to
 its node (it can only write that node and its replicas) and dies when the node is terminated.
@@ -65,6 +68,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from controlplane.api.bodies import AGENT_MAX_BODY_BYTES
 from controlplane.api.deps import admin_guard, bearer, provide_admin
 from controlplane.api.routing import post
+from controlplane.config import Settings
 from controlplane.models import Node
 from controlplane.schemas.fleet import NodeOut
 from controlplane.services import agents, fleet
@@ -82,8 +86,10 @@ async def node_guard(connection: ASGIConnection, _handler: BaseRouteHandler) -> 
 
 
 async def provide_node(request: Request, db: AsyncSession) -> Node:
-    # Loaded again in the request's own session (node_guard's session is closed by now).
-    return await db.run_sync(agents.authenticate, bearer(request))
+    # Loaded again in the request's own session (node_guard's session is closed by now). This
+    # transaction commits with the handler: the credential is in use, so its bootstrap token dies.
+    credential = bearer(request)
+    return await db.run_sync(lambda s: agents.authenticate(s, credential, spend_bootstrap=True))
 
 
 class AgentController(Controller):
@@ -94,8 +100,9 @@ class AgentController(Controller):
     # No header: the one-time bootstrap token is in the body, so this body is read unauthenticated;
     # it is small (size cap) and depth-checked before it is decoded.
     @post("/register", status_code=200, request_max_body_size=AGENT_MAX_BODY_BYTES)
-    async def register(self, db: AsyncSession, data: agents.RegisterRequest) -> dict:
-        credential, answer = await db.run_sync(agents.register, data)
+    async def register(self, db: AsyncSession, settings: Settings, data: agents.RegisterRequest) -> dict:
+        grace_s = settings.bootstrap_retry_grace_s
+        credential, answer = await db.run_sync(lambda s: agents.register(s, data, grace_s=grace_s))
         return {"credential": credential, **answer}
 
     @post("/resume", status_code=200, guards=[node_guard], dependencies={"node": Provide(provide_node)},

@@ -103,6 +103,10 @@ class Node(UUIDPrimaryKey, Timestamps, Leased, Base):
     agent_url: Mapped[str | None] = mapped_column(String(500))
     bootstrap_token_sha256: Mapped[str | None] = mapped_column(String(64))
     bootstrap_expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    # Set by the first register, cleared once the credential is used: with the bootstrap token (which
+    # only the node and no table holds) it derives the same node credential again for a retried
+    # register (services/agents.py). Not a secret alone.
+    bootstrap_salt: Mapped[str | None] = mapped_column(String(64))
     credential_sha256: Mapped[str | None] = mapped_column(String(64), unique=True)
     last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     metrics: Mapped[dict] = mapped_column(JSONType, default=dict)

@@ -4,15 +4,33 @@ The contract (endpoints, bodies, commands) is documented in ``controlplane/api/a
 Synchronous on purpose (called through ``run_sync``): node state changes go through
 ``services.nodes.transition``, which works on a sync session.
 
-Security: a bootstrap token is one-time and short-lived; exchanging it clears its hash and
-stores only the SHA-256 of a fresh node credential. A credential is scoped to its node: every
-write below is limited to that node's own row and replicas.
+Security: a bootstrap token is short-lived and buys one node credential; only SHA-256 digests of
+the token and of the credential are stored. A credential is scoped to its node: every write below
+is limited to that node's own row and replicas.
+
+Idempotent bootstrap: a register whose answer was lost (a timeout, a dropped connection, a request
+that sat in a stopped API's backlog) is retried with the same token, and must get the *same*
+credential back, or the agent would hold one the control plane no longer knows. The credential is
+therefore derived, not stored: ``HMAC-SHA256(key=bootstrap token, "nimbus-node-credential:v1:" +
+node id + ":" + salt)``, where the salt is random, written by the first register and not a secret
+alone (the token is only ever stored as its digest). A retry within the grace period
+(``bootstrap_retry_grace_s`` from the first register) derives the same credential, stores the same
+digest and answers it again. The token stops working once the agent *uses* the credential: the
+first authenticated call (resume, replicas or heartbeat) clears the token's digest, its expiry and
+the salt, so the credential can no longer be derived by anyone, a later register with that token is
+refused 401, and what remains at rest is the credential's digest, as before.
+
+Every agent call is safe to repeat: register as above; heartbeat and replica reports set state
+(never count or append), and a draining heartbeat keeps the first drain deadline.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import hmac
+import secrets
 import uuid
 from typing import Any, Literal
 
@@ -35,7 +53,7 @@ from controlplane.models import (
 from controlplane.models.catalog import Cloud
 from controlplane.services.edge_snapshot import served_model_name
 from controlplane.services.errors import Conflict, NotFound, Unauthorized
-from controlplane.services.secrets import new_token, sha256_hex
+from controlplane.services.secrets import sha256_hex
 
 ReplicaStateName = Literal["pending", "starting", "ready", "draining", "stopped", "failed"]
 _REFUSED = "bootstrap token or node credential is invalid, expired or already used"
@@ -43,6 +61,7 @@ _REFUSED = "bootstrap token or node credential is invalid, expired or already us
 _AGENT_STATES = frozenset({NodeState.pending, NodeState.provisioning, NodeState.booting, NodeState.ready,
                            NodeState.draining, NodeState.terminating})
 DEFAULT_DRAIN_S = 300.0
+DEFAULT_REGISTER_GRACE_S = 1800.0  # Settings.bootstrap_retry_grace_s
 MAX_METRICS_KEYS = 64
 
 
@@ -97,8 +116,18 @@ def _live_node(session: Session, node: Node | None) -> Node:
     return node
 
 
-def register(session: Session, body: RegisterRequest) -> tuple[str, dict]:
-    """Exchange a bootstrap token for a node credential, once. Returns (credential, answer)."""
+def derive_credential(bootstrap_token: str, node_id: uuid.UUID, salt: str) -> str:
+    """The node credential a (token, node, salt) stands for; see the module docstring."""
+    mac = hmac.new(bootstrap_token.encode(), f"nimbus-node-credential:v1:{node_id}:{salt}".encode(), hashlib.sha256)
+    return base64.urlsafe_b64encode(mac.digest()).rstrip(b"=").decode()
+
+
+def register(session: Session, body: RegisterRequest, *,
+             grace_s: float = DEFAULT_REGISTER_GRACE_S) -> tuple[str, dict]:
+    """Exchange a bootstrap token for the node's credential. Returns (credential, answer).
+
+    Repeatable until the credential is first used (or the grace period after the first register
+    ends): each repeat answers the same credential, and moves the node no further than the first."""
     if body.node_id is None or not body.bootstrap_token:
         raise Unauthorized(_REFUSED)
     node = session.get(Node, body.node_id, with_for_update=True)
@@ -111,19 +140,27 @@ def register(session: Session, body: RegisterRequest) -> tuple[str, dict]:
         or node.bootstrap_expires_at <= now
     ):
         raise Unauthorized(_REFUSED)
-    credential, digest = new_token()
-    node.bootstrap_token_sha256 = None  # spent: a replayed token is refused
-    node.bootstrap_expires_at = None
-    node.credential_sha256 = digest
+    if node.bootstrap_salt is None:  # the first register: the retry window starts now
+        node.bootstrap_salt = secrets.token_hex(16)
+        node.bootstrap_expires_at = now + dt.timedelta(seconds=grace_s)
+    credential = derive_credential(body.bootstrap_token, node.id, node.bootstrap_salt)
+    node.credential_sha256 = sha256_hex(credential)
     _adopt(session, node, body, now)
     return credential, answer_for(session, node, now)
 
 
-def authenticate(session: Session, credential: str | None) -> Node:
+def authenticate(session: Session, credential: str | None, *, spend_bootstrap: bool = False) -> Node:
+    """The node a credential belongs to. ``spend_bootstrap`` (set where the request's own
+    transaction commits): the credential is in use, so its bootstrap token stops working."""
     if not credential:
         raise Unauthorized(_REFUSED)
     node = session.scalar(select(Node).where(Node.credential_sha256 == sha256_hex(credential)))
-    return _live_node(session, node)
+    node = _live_node(session, node)
+    if spend_bootstrap and (node.bootstrap_token_sha256 is not None or node.bootstrap_salt is not None):
+        node.bootstrap_token_sha256 = None  # spent: a replayed token is refused
+        node.bootstrap_expires_at = None
+        node.bootstrap_salt = None  # and the credential can no longer be derived
+    return node
 
 
 def resume(session: Session, node: Node, facts: AgentFacts) -> dict:

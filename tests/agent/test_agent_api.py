@@ -72,14 +72,17 @@ def test_bootstrap_token_is_exchanged_once_for_a_hashed_credential(cp: ControlPl
     with session_scope(cp.settings) as s:
         node = s.get(Node, uuid.UUID(node_id))
         assert node.credential_sha256 == sha256_hex(credential)  # only the hash is stored
-        assert node.bootstrap_token_sha256 is None
         assert node.agent_url == FACTS["agent_url"] and node.state.value == "booting"
 
-    again = register(cp, node_id, token)
-    assert again.status_code == 401  # the token is spent
+    again = register(cp, node_id, token)  # a retry (its answer was lost): the same credential
+    assert again.status_code == 200 and again.json()["credential"] == credential
     ok = cp.post("/internal/v1/agents/heartbeat", {"replicas": []}, headers=bearer(credential))
     assert ok.status_code == 200 and ok.json()["commands"] == []
     assert {e["id"] for e in ok.json()["replicas"]} == {e["id"] for e in listed}  # every answer carries the list
+    assert register(cp, node_id, token).status_code == 401  # the token is spent once the credential is used
+    with session_scope(cp.settings) as s:
+        node = s.get(Node, uuid.UUID(node_id))
+        assert node.bootstrap_token_sha256 is None and node.bootstrap_salt is None
 
 
 def test_expired_wrong_and_foreign_tokens_are_refused_alike(cp: ControlPlane):

@@ -1,0 +1,181 @@
+"""Idempotent bootstrap on the real control plane (Postgres, uvicorn): a register whose answer is
+lost after the server committed it is retried with the same token and gets the same credential;
+the node lives on; the token dies once the credential is used (401 after), or when the grace
+period after the first register ends."""
+
+# ruff: noqa: F811  (the fixture "cp" is imported, then named as test arguments)
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from controlplane.db.engine import session_scope
+from controlplane.db.types import utcnow
+from controlplane.models import Node, NodeState
+from controlplane.services.secrets import sha256_hex
+from dataplane.agent.process import AgentProcess
+from tests.agent.conftest import (
+    FAST_AGENT_ENV,
+    ControlPlane,
+    agent_config,
+    cp,  # noqa: F401 (the fixture)
+    make_node,
+    make_pool,
+)
+
+FACTS = {"agent_url": "http://127.0.0.1:1", "hostname": "gpu-1", "gpus": [0], "engine": "sim", "version": "t"}
+
+
+class AnswerDroppingProxy:
+    """Loopback HTTP proxy: forwards every request to the control plane and, for the first
+    ``drop`` requests to a path ending in ``drop_path``, waits for the full answer (the server has
+    committed) and then closes the client's connection without sending it."""
+
+    def __init__(self, upstream: str, drop_path: str, drop: int = 1) -> None:
+        self.upstream, self.drop_path, self.left = upstream, drop_path, drop
+        self.dropped: list[int] = []  # status codes of the answers thrown away
+        self.passed: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> AnswerDroppingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+                answer = httpx.request(self.command, proxy.upstream + self.path, content=body, headers=headers,
+                                       timeout=30)
+                with proxy._lock:
+                    drop = self.path.endswith(proxy.drop_path) and proxy.left > 0
+                    if drop:
+                        proxy.left -= 1
+                        proxy.dropped.append(answer.status_code)
+                    else:
+                        proxy.passed.append((self.path, answer.status_code))
+                if drop:
+                    self.close_connection = True  # answered upstream, lost on the way back
+                    return
+                self.send_response(answer.status_code)
+                for k, v in answer.headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = _forward
+
+        return Handler
+
+
+def register(url: str, node_id: str, token: str) -> httpx.Response:
+    return httpx.post(url + "/internal/v1/agents/register", json={"node_id": node_id, "bootstrap_token": token,
+                                                                 **FACTS}, timeout=10)
+
+
+def heartbeat(url: str, credential: str) -> httpx.Response:
+    return httpx.post(url + "/internal/v1/agents/heartbeat", json={"replicas": []},
+                      headers={"Authorization": f"Bearer {credential}"}, timeout=10)
+
+
+def node_row(plane: ControlPlane, node_id: str) -> Node:
+    with session_scope(plane.settings) as s:
+        return s.get(Node, uuid.UUID(node_id))
+
+
+def test_a_register_whose_answer_is_lost_is_retried_and_gets_the_same_credential(cp: ControlPlane):
+    pool = make_pool(cp)
+    node_id, token = make_node(cp, pool)
+    with AnswerDroppingProxy(cp.url, "/register") as proxy:
+        with pytest.raises(httpx.RemoteProtocolError):
+            register(proxy.url, node_id, token)
+        assert proxy.dropped == [200]  # the server committed that register; its answer never arrived
+        committed = node_row(cp, node_id)
+        assert committed.state == NodeState.booting and committed.credential_sha256 is not None
+
+        retried = register(proxy.url, node_id, token)
+        assert retried.status_code == 200, retried.text
+        credential = retried.json()["credential"]
+        # The credential the lost answer carried: the digest the first attempt stored is its digest.
+        assert sha256_hex(credential) == committed.credential_sha256
+        assert register(proxy.url, node_id, token).json()["credential"] == credential  # any number of times
+
+        row = node_row(cp, node_id)
+        assert row.state == NodeState.booting and row.credential_sha256 == sha256_hex(credential)
+        # Secrets at rest are digests only: neither the token nor the credential is stored.
+        stored = {str(getattr(row, c.key)) for c in Node.__table__.columns}
+        assert token not in stored and credential not in stored
+
+        ok = heartbeat(proxy.url, credential)  # the first use of the credential spends the token
+        assert ok.status_code == 200 and ok.json()["node_state"] == "booting"
+        reused = register(proxy.url, node_id, token)
+        assert reused.status_code == 401, reused.text
+        row = node_row(cp, node_id)
+        assert row.bootstrap_token_sha256 is None and row.bootstrap_salt is None and row.bootstrap_expires_at is None
+        assert heartbeat(proxy.url, credential).status_code == 200  # the credential itself lives on
+
+
+def test_the_retry_window_ends_with_the_grace_period(cp: ControlPlane):
+    pool = make_pool(cp)
+    node_id, token = make_node(cp, pool, ttl_s=600)
+    first = register(cp.url, node_id, token)
+    assert first.status_code == 200
+    row = node_row(cp, node_id)
+    # The first register starts the grace period (Settings.bootstrap_retry_grace_s, 1800 s by default).
+    grace = (row.bootstrap_expires_at - utcnow()).total_seconds()
+    assert abs(grace - cp.settings.bootstrap_retry_grace_s) < 60
+    with session_scope(cp.settings) as s:
+        s.get(Node, uuid.UUID(node_id)).bootstrap_expires_at = utcnow() - dt.timedelta(seconds=1)
+    assert register(cp.url, node_id, token).status_code == 401
+    assert heartbeat(cp.url, first.json()["credential"]).status_code == 200  # the credential is unaffected
+
+
+def test_an_agent_whose_register_answer_is_lost_retries_and_its_node_comes_up(cp: ControlPlane, tmp_path):
+    pool = make_pool(cp)
+    node_id, token = make_node(cp, pool)
+    with AnswerDroppingProxy(cp.url, "/register") as proxy:
+        config = dataclasses.replace(agent_config(cp, node_id, token), control_plane_url=proxy.url)
+        agent = AgentProcess(config, tmp_path / "node", env=FAST_AGENT_ENV).start()
+        try:
+            deadline = time.monotonic() + 30
+            while node_row(cp, node_id).state != NodeState.ready:
+                assert agent.proc.poll() is None, f"the agent exited ({agent.proc.returncode}):\n{agent.log()[-2000:]}"
+                assert time.monotonic() < deadline, f"node never ready:\n{agent.log()[-2000:]}"
+                time.sleep(0.2)
+            assert proxy.dropped == [200]
+            registers = [status for path, status in proxy.passed if path.endswith("/register")]
+            assert registers == [200]  # the retry was answered, with the credential of the lost answer
+            assert any(path.endswith("/heartbeat") and status == 200 for path, status in proxy.passed)
+            assert node_row(cp, node_id).bootstrap_token_sha256 is None  # spent by the first authenticated call
+            assert agent.proc.poll() is None
+        finally:
+            agent.stop()
