@@ -271,12 +271,18 @@ def worker() -> None:
 
 
 # ---------------------------------------------------------------- parent side
+ONE_SIDED: set[str] = set()  # columns one tree's schema has and the other's lacks (not compared)
+
+
 def first_difference(a, b, path="") -> str | None:
     if type(a) is not type(b):
         return f"{path}: {a!r} != {b!r}"
     if isinstance(a, dict):
         for k in sorted(set(a) | set(b)):
             if k not in a or k not in b:
+                if path.startswith(".db."):  # a row: a column only one schema has
+                    ONE_SIDED.add(f"{path.split('[')[0][4:]}.{k} ({'after' if k in b else 'before'} only)")
+                    continue
                 return f"{path}.{k}: only in {'after' if k in b else 'before'}"
             if (d := first_difference(a[k], b[k], f"{path}.{k}")) is not None:
                 return d
@@ -320,6 +326,8 @@ def main() -> None:
             print(f"case {before['case']}: {d}")
     print(f"{args.cases} cases ({args.db}), 2 ticks each; differing: {differ}; what the after tree's ticks did: "
           f"{activity}")
+    if ONE_SIDED:
+        print(f"not compared (in one schema only): {', '.join(sorted(ONE_SIDED))}")
     sys.exit(1 if differ else 0)
 
 

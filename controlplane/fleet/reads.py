@@ -198,8 +198,12 @@ def read_fleet(session: Session) -> Fleet:
         gpu_lists = _Parsed(tuple)
         rows = session.execute(select(*_REPLICA_SELECT).where(RT.node_id.in_(list(nodes)), RT.state.not_in(ENDED))
                                .order_by(RT.id)).all()
+        node_ids = {node_id: node_id for node_id in nodes}  # one id object per node and pool: dict
+        pool_ids = {pool_id: pool_id for pool_id in pools}  # lookups by them then match by identity
         for row in rows:
             r = ReplicaRow(*row)
+            r.node_id = node_ids.get(r.node_id, r.node_id)
+            r.pool_id = pool_ids.get(r.pool_id, r.pool_id)
             r.gpu_ids = gpu_lists[row[_GPU_IDS_AT]]
             r.key = str(r.id)
             r.pool_key = pool_keys.get(r.pool_id) or str(r.pool_id)

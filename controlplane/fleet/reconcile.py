@@ -201,7 +201,9 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     counted: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)
     counted_spot: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)
     for r in fleet.replicas:
-        if counts_for_pool(r, by_id) and (node := fleet.nodes[r.node_id]).state in PLACEABLE_NODE_STATES:
+        # counts_for_pool, with its common case (a wanted replica that is no move's copy) inline
+        if (r.desired_state == RUN and r.state not in ENDED and (r.replaces_id is None or counts_for_pool(r, by_id))
+                and (node := fleet.nodes[r.node_id]).state in PLACEABLE_NODE_STATES):
             counted[r.pool_id].append(r)
             if node.spot:
                 counted_spot[r.pool_id].append(r)
@@ -266,7 +268,7 @@ def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickRe
     releases: list[tuple[NodeRow, str]] = []
     maybe_consolidated: list[NodeRow] = []  # empty nodes whose consolidation record decides
     for node in list(fleet.nodes.values()):
-        held = [r for r in by_node.get(node.id, []) if holds_gpus(r)]
+        held = [r for r in by_node.get(node.id, ()) if r.state not in ENDED]  # holds_gpus
         if node.state == S.draining:
             if reason := _drain_finished(node, node.id in drained, now):
                 releases.append((node, reason))
