@@ -42,6 +42,7 @@ import httpx
 import uvicorn
 
 from dataplane.agent import artifacts, scrape, template
+from dataplane.agent.backoff import Backoff
 from dataplane.agent.client import ControlPlaneClient, Unauthorized
 from dataplane.agent.config import AgentOptions
 from dataplane.agent.engine import (
@@ -175,7 +176,15 @@ class NodeAgent:
         self._tasks: set[asyncio.Task] = set()
         self._sup_options = SupervisorOptions(ready_timeout_s=options.ready_timeout_s,
                                               backoff_base_s=options.backoff_base_s,
-                                              backoff_cap_s=options.backoff_cap_s)
+                                              backoff_cap_s=options.backoff_cap_s,
+                                              probe_interval_s=options.probe_interval_s,
+                                              probe_timeout_s=options.probe_timeout_s,
+                                              probe_failures=options.probe_failures)
+        # Calls to the control plane back off together: while heartbeats fail, replica reports are
+        # not sent on their own (the next heartbeat carries every replica's latest state).
+        self._cp_backoff = self._new_backoff()
+        self._cp_down_since: float | None = None  # monotonic time of the first failure in a row
+        self._report_waiting = False  # a report is waiting for the lock: it will send the latest state
         self.exit_code = EXIT_OK
 
     @property
@@ -197,7 +206,8 @@ class NodeAgent:
             loop.add_signal_handler(sig, self._on_signal, sig)
         async with httpx.AsyncClient() as http:
             self.http = http
-            self.client = ControlPlaneClient(self.config.control_plane_url, http, o.state_dir / "credential")
+            self.client = ControlPlaneClient(self.config.control_plane_url, http, o.state_dir / "credential",
+                                             timeout_s=o.cp_timeout_s)
             server, server_task = await self._serve_http()
             try:
                 answer = await self._connect()
@@ -242,16 +252,34 @@ class NodeAgent:
         return {"agent_url": self.agent_url, "hostname": socket.gethostname(), "gpus": self.gpus,
                 "engine": self.engine, "version": VERSION}
 
+    def _new_backoff(self) -> Backoff:
+        o = self.options
+        return Backoff(o.cp_retry_base_s, o.cp_retry_cap_s, o.cp_retry_jitter)
+
     async def _connect(self) -> dict | None:
-        """Register (or resume), retrying while the control plane is unreachable; a refusal is final."""
-        delay = 0.5
+        """Register (or resume), retrying with backoff while the control plane is unreachable, slow
+        or failing (a timeout, a refused connection, a 5xx); a refusal (401/403) is final.
+
+        A register whose answer was lost is repeated with the same bootstrap token: the control plane
+        answers a repeat within its grace period with the same credential."""
+        backoff = self._new_backoff()
+        answer_lost = False  # an earlier register may have reached the control plane
         while not self.draining:
             try:
                 if self.client.load_credential():
                     answer = await self.client.resume(self._facts())
                 else:
-                    answer = await self.client.register(self.config.node_id, self.config.bootstrap_token,
-                                                        self._facts())
+                    try:
+                        answer = await self.client.register(self.config.node_id, self.config.bootstrap_token,
+                                                            self._facts())
+                    except Unauthorized:
+                        if answer_lost:
+                            log.error("bootstrap token refused after a register whose answer was lost: the "
+                                      "control plane spent the token on that attempt")
+                        raise
+                    except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError):
+                        answer_lost = True  # sent, perhaps handled, no answer
+                        raise
                 if not isinstance(answer, dict):
                     raise ValueError(f"the answer is not an object: {answer!r:.200}")
                 self.node_id = answer.get("node_id") or self.node_id
@@ -264,10 +292,11 @@ class NodeAgent:
                 self.exit_code = EXIT_REFUSED
                 return None
             except (httpx.HTTPError, KeyError, ValueError) as exc:
-                log.warning("control plane unreachable; retrying", extra={"error": repr(exc), "delay_s": delay})
+                delay = backoff.next_delay()
+                log.warning("control plane unreachable; retrying", extra={
+                    "error": _describe(exc), "attempt": backoff.failures, "delay_s": round(delay, 2)})
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._done.wait(), delay)
-                delay = min(delay * 2, 15.0)
         return None
 
     def _apply_answer(self, answer: dict, interval_s: float) -> float:
@@ -434,8 +463,10 @@ class NodeAgent:
         if event == "ready":
             for phase, seconds in replica.ready_times.breakdown().items():
                 self.metrics.model_ready.labels(phase).observe(seconds)
-        elif event == "restarting":
+        elif event in ("restarting", "unresponsive"):
             self.metrics.restarts.labels(str(replica.slot)).inc()
+            if event == "unresponsive":
+                self.metrics.hangs.labels(str(replica.slot)).inc()
         self._samples.pop(replica.id, None)  # counters restart with the engine
         await self._report_replicas()
         if event == "failed":
@@ -451,19 +482,31 @@ class NodeAgent:
         for m, state in sent:
             m.reported_state = state
 
-    async def _report_replicas(self) -> bool:
+    async def _report_replicas(self, force: bool = False) -> bool:
         """Tell the control plane about replica states now (best effort: the next heartbeat repeats it).
-        False when the report was lost to a transient failure and is worth repeating."""
+        False when the report was lost to a transient failure and is worth repeating.
+
+        Reports never queue up: while heartbeats fail (the control plane is down) none is sent on its
+        own, and one already waiting for the lock sends the latest states for every caller after it.
+        So a control plane that comes back gets one heartbeat, not a backlog. ``force`` (the drain's
+        final report) sends regardless."""
         self.metrics.observe_replicas([r.state for r in self.replicas])
+        if not force:
+            if self._cp_down_since is not None:
+                return False  # the next heartbeat carries it
+            if self._report_waiting:
+                return True
+        self._report_waiting = True
         async with self._report_lock:
+            self._report_waiting = False
             body, sent = self._report_bodies()
             try:
                 await self.client.report_replicas(body)
             except Unauthorized as exc:
                 log.error("credential refused while reporting replicas", extra={"error": str(exc)})
                 self._begin_drain(0.0, "credential refused")  # no retry can fix that
-            except httpx.HTTPError as exc:
-                log.warning("replica report failed; the next heartbeat repeats it", extra={"error": repr(exc)})
+            except (httpx.HTTPError, ValueError) as exc:
+                log.warning("replica report failed; the next heartbeat repeats it", extra={"error": _describe(exc)})
                 return False
             else:
                 self._reported(sent)
@@ -477,7 +520,7 @@ class NodeAgent:
         sweep (which records it as failed). So it is retried a few times, backing off."""
         delay = 0.5
         for attempt in range(1, self.FINAL_REPORT_ATTEMPTS + 1):
-            if await self._report_replicas():
+            if await self._report_replicas(force=True):
                 return
             if attempt < self.FINAL_REPORT_ATTEMPTS:
                 await asyncio.sleep(delay)
@@ -531,6 +574,7 @@ class NodeAgent:
             "replicas_waiting": len(self._waiting),
             "gpus_in_use": sorted({g for m in self.local.values() if m.holds_gpus for g in m.replica.gpu_ids}),
             "restarts": sum(r.restarts for r in self.replicas),
+            "last_restart": self._last_restart(),
             "in_flight": self.in_flight(),
             "uptime_s": round(time.monotonic() - self._started, 1),
             "draining": self.draining,
@@ -538,9 +582,23 @@ class NodeAgent:
             "agent_version": VERSION,
         }
 
+    def _last_restart(self) -> dict | None:
+        """The node's latest engine restart and why (a crash, or a hang the probes caught)."""
+        restarted = [r for r in self.replicas if r.last_restart_at is not None]
+        if not restarted:
+            return None
+        r = max(restarted, key=lambda r: r.last_restart_at)
+        return {"replica_id": r.id, "slot": r.slot, "at": r.last_restart_at.isoformat(),
+                "reason": r.last_restart_reason, "exit_code": r.last_exit_code}
+
     async def _heartbeat_loop(self, interval_s: float) -> None:
+        """Beat every ``interval_s``. A beat that fails is not queued: the next one, after a capped,
+        jittered backoff, carries the state as it is then. The engines keep serving what they were
+        last told whatever happens here; only the control plane's word (a command, a changed list,
+        a refused credential) changes what runs."""
         while not self._done.is_set():
             await self._scrape()
+            delivered = False
             try:
                 async with self._report_lock:
                     reports, sent = self._report_bodies()
@@ -548,23 +606,49 @@ class NodeAgent:
                             "node_metrics": self.node_metrics(), "replicas": reports}
                     answer = await self.client.heartbeat(body)
                     self._reported(sent)
+                delivered = True
                 self.metrics.heartbeats.labels("ok").inc()
+                self._control_plane_back()
                 if isinstance(answer, dict):
                     interval_s = self._apply_answer(answer, interval_s)
                 else:
                     log.warning("heartbeat answer is not an object; ignored", extra={"answer": repr(answer)[:300]})
             except Unauthorized as exc:
+                delivered = True  # an answer, and a final one
                 self.metrics.heartbeats.labels("refused").inc()
                 log.error("credential refused; stopping engines", extra={"error": str(exc)})
                 self._begin_drain(0.0, "credential refused")
             except (httpx.HTTPError, ValueError) as exc:
                 self.metrics.heartbeats.labels("error").inc()
-                log.warning("heartbeat failed", extra={"error": repr(exc)})
+                wait_s = self._control_plane_failed(exc)
+            if delivered:
+                wait_s = interval_s
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval_s)
+                await asyncio.wait_for(self._wake.wait(), wait_s)
         if self._drain_task is not None:
             await self._drain_task
+
+    def _control_plane_failed(self, exc: Exception) -> float:
+        """One more failed call in a row: the wait before the next heartbeat."""
+        now = time.monotonic()
+        if self._cp_down_since is None:
+            self._cp_down_since = now
+        delay = self._cp_backoff.next_delay()
+        self.metrics.cp_unreachable.set(1)
+        log.warning("heartbeat failed; engines keep serving, retrying", extra={
+            "error": _describe(exc), "attempt": self._cp_backoff.failures,
+            "down_s": round(now - self._cp_down_since, 1), "delay_s": round(delay, 2)})
+        return delay
+
+    def _control_plane_back(self) -> None:
+        if self._cp_down_since is not None:
+            log.info("control plane reachable again", extra={
+                "failed_heartbeats": self._cp_backoff.failures,
+                "down_s": round(time.monotonic() - self._cp_down_since, 1)})
+        self._cp_down_since = None
+        self._cp_backoff.reset()
+        self.metrics.cp_unreachable.set(0)
 
     def _apply(self, command: dict) -> None:
         kind = command.get("type")
@@ -675,8 +759,11 @@ class NodeAgent:
 
     # -- introspection ---------------------------------------------------------------------
     def status(self) -> dict:
+        down = self._cp_down_since
         return {
             "node_id": self.node_id,
+            "control_plane": {"reachable": down is None, "failed_heartbeats": self._cp_backoff.failures,
+                              "down_s": None if down is None else round(time.monotonic() - down, 1)},
             "node_state": self.node_state,
             "draining": self.draining,
             "engine": self._engine_kind(),
@@ -690,3 +777,9 @@ class NodeAgent:
                           "draining_alone": m.drain_task is not None}
                          for m in self.local.values()],
         }
+
+
+def _describe(exc: Exception) -> str:
+    """An error for the log: its kind and text, never a request's headers (they hold credentials)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__

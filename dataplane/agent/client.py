@@ -2,6 +2,12 @@
 
 The node credential is kept in the agent's state dir (mode 0600) so a restarted agent resumes
 with it: the bootstrap token is one-time and already spent.
+
+Every call is safe to repeat, and the agent repeats any whose answer it did not get (a timeout, a
+refused connection, a 5xx): a heartbeat and a replica report carry whole states, not changes, and a
+register repeated with the same bootstrap token gets the same credential back (the control plane
+keeps the token usable for a grace period until the credential has been used). Only a 401/403 is
+final (:class:`Unauthorized`).
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ class Unauthorized(Exception):
 
 
 class ControlPlaneClient:
-    def __init__(self, base_url: str, http: httpx.AsyncClient, credential_path: Path) -> None:
+    def __init__(self, base_url: str, http: httpx.AsyncClient, credential_path: Path,
+                 timeout_s: float = 10.0) -> None:
         self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
         self.http = http
         self.credential_path = credential_path
         self.credential: str | None = None
@@ -43,7 +51,7 @@ class ControlPlaneClient:
 
     async def _post(self, path: str, body: dict, *, auth: bool = True) -> dict:
         headers = {"Authorization": f"Bearer {self.credential}"} if auth and self.credential else {}
-        resp = await self.http.post(self.base_url + BASE + path, json=body, headers=headers, timeout=10.0)
+        resp = await self.http.post(self.base_url + BASE + path, json=body, headers=headers, timeout=self.timeout_s)
         if resp.status_code in (401, 403):
             raise Unauthorized(f"{path}: {resp.status_code} {resp.text[:200]}")
         resp.raise_for_status()

@@ -27,8 +27,21 @@ class AgentOptions:
     drain_grace_s: float = 5.0  # keep serving at least this long after a drain so edges see it first
     drain_deadline_s: float = 300.0  # SIGTERM drain: in-flight requests get this long
     ready_timeout_s: float = 1800.0
-    backoff_base_s: float = 1.0
+    backoff_base_s: float = 1.0  # engine restarts after a crash (or a hang): 1 s, 2 s, 4 s … capped
     backoff_cap_s: float = 60.0
+    # Calls to the control plane (register, resume, heartbeats, reports): each waits this long for an
+    # answer; after failures in a row the next try waits min(cap, base * 2**(n-1)), minus up to
+    # ``cp_retry_jitter`` of it at random. The engines keep serving meanwhile.
+    cp_timeout_s: float = 10.0
+    cp_retry_base_s: float = 1.0
+    cp_retry_cap_s: float = 30.0
+    cp_retry_jitter: float = 0.5
+    # Hung engines: a ready engine is probed with /health_generate every ``probe_interval_s`` (each
+    # probe waits up to ``probe_timeout_s``); after ``probe_failures`` failed probes in a row it is
+    # restarted although its process lives. 0 failures turns the probe off.
+    probe_interval_s: float = 10.0
+    probe_timeout_s: float = 25.0
+    probe_failures: int = 3
     shared_cache_dir: Path | None = None  # the region's shared artifact cache (EFS/Filestore mount)
     sim_args: tuple[str, ...] = ()  # extra flags for the simulator only (e.g. --time-scale 10)
     engine: str | None = None  # overrides the config's engine: sglang | sim | auto
@@ -65,7 +78,7 @@ def _coerce(name: str, raw: str):
         return Path(raw) if raw else None
     if name == "sim_args":
         return tuple(shlex.split(raw))
-    if name in ("port", "engine_port_base"):
+    if name in ("port", "engine_port_base", "probe_failures"):
         return int(raw)
     if name in ("host", "advertise_host", "log_level", "engine"):
         return raw

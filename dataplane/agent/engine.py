@@ -4,6 +4,13 @@ Readiness has two steps, which also split the model-ready time: ``/health`` turn
 *load* (weights in GPU memory, server up), the first ``/health_generate`` 200 (a real one-token
 generation) ends *warm-up* (CUDA graphs captured, kernels compiled). Only then is a replica
 ``ready`` and registered for traffic.
+
+A ready engine is then probed with ``/health_generate`` every ``probe_interval_s``. SGLang answers
+200 as soon as any request makes progress after the probe began (a busy engine passes within a
+decode step; an idle one runs a one-token generation) and 503 after its own 20 s; a hung process
+may not answer at all, so each probe also has a timeout. ``probe_failures`` failed probes in a row
+restart the engine although its process lives, with the same backoff as a crash. Each restart
+records why (``last_restart_reason``): the exit code or signal, or the failed probes.
 """
 
 from __future__ import annotations
@@ -68,6 +75,14 @@ class SupervisorOptions:
     stable_after_s: float = 120.0  # a replica up this long has its failure streak forgotten
     max_consecutive_failures: int = 8
     stop_grace_s: float = 15.0
+    probe_interval_s: float = 10.0  # 0: no liveness probes
+    probe_timeout_s: float = 25.0  # above SGLang's own 20 s /health_generate limit, so its 503 comes first
+    probe_failures: int = 3  # 0: no liveness probes
+    kill_grace_s: float = 2.0  # SIGTERM → SIGKILL for an engine being restarted
+
+    def unresponsive_within_s(self) -> float:
+        """The longest a hung ready engine is left before it is killed for a restart."""
+        return self.probe_failures * (self.probe_interval_s + self.probe_timeout_s) + self.kill_grace_s + 5.0
 
 
 @dataclass
@@ -96,6 +111,7 @@ class Replica:
     max_total_tokens: int | None = None
     metrics: dict = field(default_factory=dict)
     error: str | None = None  # why it failed without running (e.g. a GPU the node does not have)
+    last_restart_reason: str | None = None  # why the engine was last restarted (exit, signal, hang)
     proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -113,6 +129,7 @@ class Replica:
             "restarts": self.restarts,
             "last_exit_code": self.last_exit_code,
             "last_restart_at": self.last_restart_at.isoformat() if self.last_restart_at else None,
+            "last_restart_reason": self.last_restart_reason,
             "started_at": self.started_at.isoformat() if self.started_at else None,
             "ready_at": self.ready_at.isoformat() if self.ready_at else None,
             "model_ready_seconds": round(self.ready_times.total_s, 3) if self.ready_at else None,
@@ -163,12 +180,18 @@ class Supervisor:
             ready = await self._wait_ready(download_s)
             download_s = 0.0  # the cache holds the weights from now on
             up_since = time.monotonic()
-            if ready:
-                await self._wait_exit()
+            hung = await self._watch() if ready else None
             if self._stopping.is_set() or self.draining:
                 break  # a draining replica that dies is not brought back
-            await self._kill()
+            exited_on_its_own = r.proc is not None and r.proc.returncode is not None
+            await self._kill(o.kill_grace_s)
             r.last_exit_code = r.proc.returncode if r.proc else None
+            if hung:
+                r.last_restart_reason = hung
+            elif exited_on_its_own:
+                r.last_restart_reason = _exit_reason(r.last_exit_code, ready)
+            else:
+                r.last_restart_reason = f"not ready within {o.ready_timeout_s:g} s"
             if ready and time.monotonic() - up_since >= o.stable_after_s:
                 r.consecutive_failures = 0
             r.consecutive_failures += 1
@@ -183,10 +206,10 @@ class Supervisor:
                 return
             delay = restart_delay(r.consecutive_failures, o.backoff_base_s, o.backoff_cap_s)
             r.state = STARTING
-            log.warning("engine exited; restarting", extra={
+            log.warning("engine unresponsive; restarting" if hung else "engine exited; restarting", extra={
                 "replica": r.id, "slot": r.slot, "exit_code": r.last_exit_code, "restarts": r.restarts,
-                "delay_s": delay, "was_ready": ready})
-            await self.notify(r, "restarting")
+                "delay_s": delay, "was_ready": ready, "reason": r.last_restart_reason})
+            await self.notify(r, "unresponsive" if hung else "restarting")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
 
@@ -276,15 +299,71 @@ class Supervisor:
         per_dp = states[0].get("effective_max_running_requests_per_dp") if isinstance(states[0], dict) else None
         r.max_running_requests = info.get("max_running_requests") or per_dp or None
 
-    async def _wait_exit(self) -> None:
+    async def _wait_exit(self, timeout_s: float | None = None, also: asyncio.Future | None = None) -> bool:
+        """Until the engine exits or ``stop()`` is called (True), or ``timeout_s`` passes or ``also``
+        completes first (False)."""
         r = self.replica
         assert r.proc is not None
         stop = asyncio.ensure_future(self._stopping.wait())
         exited = asyncio.ensure_future(r.proc.wait())
+        waiting = {stop, exited} | ({also} if also is not None else set())
         try:
-            await asyncio.wait({stop, exited}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waiting, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
+            exited.cancel()
+        return self._stopping.is_set() or r.proc.returncode is not None
+
+    async def _watch(self) -> str | None:
+        """While the ready engine lives: probe it every ``probe_interval_s``. Returns None once it
+        exits or is stopped, or the restart reason once ``probe_failures`` probes in a row failed."""
+        r, o = self.replica, self.options
+        if o.probe_failures <= 0 or o.probe_interval_s <= 0:
+            await self._wait_exit()
+            return None
+        failures, first_failed_at, why = 0, 0.0, ""
+        while True:
+            if await self._wait_exit(o.probe_interval_s):
+                return None
+            if self.draining:  # SGLang answers 503 while it drains; the drain deadline bounds it
+                failures = 0
+                continue
+            probe = asyncio.ensure_future(self._probe())
+            if await self._wait_exit(o.probe_timeout_s + 1.0, also=probe):
+                probe.cancel()
+                return None
+            if not probe.done():
+                probe.cancel()
+                ok, why = False, f"no answer in {o.probe_timeout_s:g} s"
+            else:
+                ok, why = probe.result()
+            if self.draining:
+                continue
+            if ok:
+                if failures:
+                    log.info("engine answers probes again", extra={"replica": r.id, "slot": r.slot,
+                                                                   "failed_probes": failures})
+                failures = 0
+                continue
+            failures += 1
+            if failures == 1:
+                first_failed_at = time.monotonic()
+            log.warning("engine probe failed", extra={"replica": r.id, "slot": r.slot, "failed_probes": failures,
+                                                       "of": o.probe_failures, "error": why})
+            if failures >= o.probe_failures:
+                over = time.monotonic() - first_failed_at + o.probe_timeout_s
+                return (f"unresponsive: /health_generate failed {failures} times in a row over {over:.1f} s "
+                        f"({why}) while the process lived")
+
+    async def _probe(self) -> tuple[bool, str]:
+        r, o = self.replica, self.options
+        try:
+            resp = await self.http.get(r.url + "/health_generate", timeout=o.probe_timeout_s)
+        except httpx.TimeoutException:
+            return False, f"no answer in {o.probe_timeout_s:g} s"
+        except httpx.HTTPError as exc:
+            return False, type(exc).__name__
+        return (True, "") if resp.status_code == 200 else (False, f"HTTP {resp.status_code}")
 
     async def _kill(self, grace_s: float = 2.0) -> None:
         """SIGTERM the engine's process group (SGLang forks schedulers), SIGKILL after ``grace_s``."""
@@ -299,6 +378,17 @@ class Supervisor:
                 return
             except TimeoutError:
                 continue
+
+
+def _exit_reason(code: int | None, was_ready: bool) -> str:
+    when = "" if was_ready else " before it was ready"
+    if code is None:
+        return f"exited{when}"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}{when}"
+        return f"killed by signal {-code}{when}"
+    return f"exited with code {code}{when}"
 
 
 def build_replica(slot: int, argv: Sequence[str], env: Mapping[str, str], host: str, port: int,

@@ -10,8 +10,13 @@ class AgentMetrics:
         self.registry = CollectorRegistry()
         self.replicas = Gauge("nimbus_agent_replicas", "Engine replicas on this node by state.", ["state"],
                               registry=self.registry)
-        self.restarts = Counter("nimbus_agent_engine_restarts", "Engine restarts after a crash.", ["slot"],
+        self.restarts = Counter("nimbus_agent_engine_restarts", "Engine restarts after a crash or a hang.", ["slot"],
                                 registry=self.registry)
+        self.hangs = Counter("nimbus_agent_engine_unresponsive_restarts",
+                             "Engine restarts because /health_generate kept failing while the process lived.",
+                             ["slot"], registry=self.registry)
+        self.cp_unreachable = Gauge("nimbus_agent_control_plane_unreachable",
+                                    "1 while heartbeats fail (the engines keep serving).", registry=self.registry)
         self.heartbeats = Counter("nimbus_agent_heartbeats", "Heartbeats sent, by result.", ["result"],
                                   registry=self.registry)
         self.model_ready = Histogram(

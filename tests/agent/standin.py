@@ -50,6 +50,7 @@ class StandInControlPlane:
         self.last_batch: list[str] = []  # the ids the last report carried
         self.heartbeats = 0
         self.registered = 0
+        self.node_metrics: dict = {}  # the last heartbeat's
 
     # -- the test's side -------------------------------------------------------------------
     def set_replicas(self, replicas: list[Any]) -> None:
@@ -108,6 +109,7 @@ class StandInControlPlane:
             self._record(body.get("replicas", []))
             with self.lock:
                 self.heartbeats += 1
+                self.node_metrics = body.get("node_metrics") or {}
                 if body.get("draining") and self.node_state != "terminating":
                     self.node_state = "draining"
             return 200, self._answer()
