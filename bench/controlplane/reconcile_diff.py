@@ -260,7 +260,7 @@ def worker() -> None:
                                       "terminated": r.terminated, "moves": r.moves, "unplaced": r.unplaced,
                                       "operations": sorted(kind.value for _, kind in r.operations)})
                     except Exception as e:  # an error is a result too: both trees must raise it
-                        ticks.append({"error": type(e).__name__})
+                        ticks.append({"error": type(e).__name__, "message": str(e).splitlines()[0][:300]})
                 with session_scope(base) as s:
                     results.append({"case": case, "settings": overrides, "ticks": ticks, "db": dump(s)})
         finally:
@@ -318,6 +318,11 @@ def main() -> None:
     differ = 0
     activity = {"placed": 0, "launched": 0, "stopped": 0, "terminated": 0, "moves": 0, "errors": 0}
     for before, after in zip(out["before"], out["after"], strict=True):
+        for i, t in enumerate(after["ticks"]):
+            if "error" in t:
+                print(f"case {after['case']} tick {i + 1} raised (after tree): {t['error']}: {t['message']}")
+        for t in (*before["ticks"], *after["ticks"]):
+            t.pop("message", None)  # the statement in it may differ; the error's type must not
         for t in after["ticks"]:
             for k in activity:
                 activity[k] += 1 if k == "errors" and "error" in t else t.get(k, 0) if k != "errors" else 0

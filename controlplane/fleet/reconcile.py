@@ -492,9 +492,11 @@ def consolidate(session: Session, changes: RowWrites, fleet: Fleet, offers: Sequ
     moves_in_flight: dict[str, int] = defaultdict(int)
     source_nodes: set[uuid.UUID] = set()
     for c in fleet.replicas:
-        if c.replaces_id is not None and c.id in in_flight:
+        # (A replica moved before is a copy too: while it is moved again it is an end of that move,
+        # and its own original has long gone from the fleet. Only the new move counts.)
+        if c.replaces_id is not None and c.id in in_flight and (original := by_id.get(c.replaces_id)) is not None:
             moves_in_flight[str(c.pool_id)] += 1
-            source_nodes.add(by_id[c.replaces_id].node_id)
+            source_nodes.add(original.node_id)
     slots = consolidation_slots(fleet, shapes, in_flight, sized, changes.touched)
     pool_needs = pool_needs or {}
     pools = {str(p.id): pool_needs.get(p.id) or pool_need(p) for p in fleet.pools.values()}
