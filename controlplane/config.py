@@ -79,6 +79,27 @@ class Settings(BaseSettings):
     drain_timeout_s: float = Field(default=300.0, ge=0, description="In-flight requests get this long to finish.")
     boot_timeout_s: float = Field(default=1200.0, gt=0, description="A booting node must heartbeat within this.")
     heartbeat_timeout_s: float = Field(default=90.0, gt=0, description="A ready node without heartbeat is stale.")
+    # Static stability (controlplane/fleet/sweeper.py): silence is evidence only where most others still
+    # report. Defaults after Kubernetes' node lifecycle controller (--unhealthy-zone-threshold 0.55; a
+    # zone is partially disrupted only with more than 2 unready nodes; --node-eviction-rate 0.1/s).
+    silent_scope_threshold: float = Field(
+        default=0.55, gt=0, le=1,
+        description="Share of a region's (or the fleet's) heartbeating nodes silent at once at which silence stops "
+                    "being evidence there: no node in that scope is evicted for silence until they report again.",
+    )
+    silent_scope_min_nodes: int = Field(
+        default=3, ge=1,
+        description="A scope is disrupted only with at least this many silent nodes, or when all of its nodes are.",
+    )
+    silent_running_evict_s: float = Field(
+        default=600.0, ge=0,
+        description="A silent node whose VM the cloud reports running is evicted only once silent this long "
+                    "(a VM the cloud reports gone or stopping goes at once).",
+    )
+    evictions_per_sweep: int = Field(default=2, ge=0, description="Nodes one sweep may evict for silence, fleet-wide.")
+    evictions_per_minute: int = Field(
+        default=6, ge=0, description="Nodes evicted for silence in any 60 s, fleet-wide (Kubernetes: 0.1 node/s)."
+    )
     bootstrap_token_ttl_s: float = Field(default=1800.0, gt=0, le=3600, description="Node bootstrap token TTL.")
     bootstrap_retry_grace_s: float = Field(
         default=1800.0, gt=0, le=3600,

@@ -69,6 +69,7 @@ from controlplane.api.bodies import AGENT_MAX_BODY_BYTES
 from controlplane.api.deps import admin_guard, bearer, provide_admin
 from controlplane.api.routing import post
 from controlplane.config import Settings
+from controlplane.console import stability
 from controlplane.models import Node
 from controlplane.schemas.fleet import NodeOut
 from controlplane.services import agents, fleet
@@ -118,7 +119,8 @@ class AgentController(Controller):
 
     @post("/heartbeat", status_code=200, guards=[node_guard], dependencies={"node": Provide(provide_node)},
           request_max_body_size=AGENT_MAX_BODY_BYTES)
-    async def heartbeat(self, db: AsyncSession, node: Node, data: agents.HeartbeatRequest) -> dict:
+    async def heartbeat(self, db: AsyncSession, settings: Settings, node: Node, data: agents.HeartbeatRequest) -> dict:
+        stability.PAUSED.bind(settings)  # the API's /metrics reports where the sweeper paused evictions
         return await db.run_sync(agents.heartbeat, node, data)
 
 

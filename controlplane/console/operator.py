@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.api import signin
 from controlplane.config import Settings
-from controlplane.console import auth, sessions, views
+from controlplane.console import auth, sessions, stability, views
 from controlplane.console.web import login_page, page, redirect
 from controlplane.services import fleet_views
 from controlplane.services.errors import TooManyAttempts
@@ -87,15 +87,17 @@ class OperatorConsoleController(Controller):
                     operations=ops, node_briefs=node_briefs)
 
     @get("/fleet")
-    async def fleet_page(self, db: AsyncSession, live: sessions.Live) -> Response:
+    async def fleet_page(self, db: AsyncSession, live: sessions.Live, settings: Settings) -> Response:
+        stability.PAUSED.bind(settings)
         return page("operator/fleet.html", live, nav="fleet", operator=True,
-                    summary=await fleet_views.load_fleet_summary(db))
+                    summary=await fleet_views.load_fleet_summary(db), pauses=await stability.eviction_pauses(db))
 
     @get("/nodes")
-    async def nodes_page(self, db: AsyncSession, live: sessions.Live) -> Response:
+    async def nodes_page(self, db: AsyncSession, live: sessions.Live, settings: Settings) -> Response:
+        stability.PAUSED.bind(settings)
         nodes = await views.nodes(db)
         return page("operator/nodes.html", live, nav="nodes", operator=True, nodes=nodes,
-                    uses=await fleet_views.node_uses(db, nodes))
+                    uses=await fleet_views.node_uses(db, nodes), pauses=await stability.eviction_pauses(db))
 
     @get("/nodes/{node_id:uuid}")
     async def node_page(self, db: AsyncSession, live: sessions.Live, node_id: uuid.UUID) -> Response:

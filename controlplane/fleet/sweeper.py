@@ -7,10 +7,38 @@
 * **Lost nodes**: a node that should be running but whose VM is gone or stopped is
   marked failed (``preempted`` for spot, so its replacement avoids that zone) and its
   termination is queued; reconcile then launches a replacement.
-* **Stale nodes**: no heartbeat within the boot or heartbeat timeout → failed and
-  replaced the same way.
+* **Silent nodes**: no heartbeat within the boot or heartbeat timeout. Silence is missing
+  evidence, not evidence: "the node stopped heartbeating" and "heartbeats stopped arriving"
+  (the API is down or cut off, its database stalls) look the same from here, and evicting on
+  the second takes capacity away from a data plane that still serves. So a silent node is
+  evicted (failed, its termination queued, replaced by reconcile) only when all of these hold:
 
-Cloud listings happen outside any transaction; a region that cannot be listed is
+  1. *Its scope still reports.* Per region and for the whole fleet, the share of heartbeating
+     nodes (those that ever reported) that are silent is below ``silent_scope_threshold``
+     (0.55), or fewer than ``silent_scope_min_nodes`` (3) are silent and not all of them: the
+     defaults and the rule are Kubernetes' node lifecycle controller's (unhealthy-zone
+     threshold; a zone is partially disrupted with more than 2 unready nodes; it stops evicting
+     in small disrupted zones and in "master disruption" when every zone is). In a disrupted
+     scope nothing is evicted for silence, a ``fleet.evictions_paused`` audit event is written
+     (``fleet.evictions_resumed`` when it reports again, and silence counts from then), the
+     operator console's fleet and nodes pages say so, and the API's ``/metrics`` has
+     ``nimbus_fleet_evictions_paused{scope} 1`` (``controlplane/console/stability.py``).
+  2. *The cloud agrees.* Right before the verdict the VM is described through the provider:
+     gone or stopped is the cloud's word (the node is *lost*, as the listing would say); stopping
+     (shutting down) is broken; a VM the cloud reports running is evicted only once silent for
+     ``silent_running_evict_s`` (600 s) — an agent wedged on a healthy VM must not hold GPUs for
+     ever, but a short silence of a running VM is no verdict. A describe that fails is no verdict.
+     A node that never reported (booting past the boot timeout) needs no more than a running VM:
+     its agent never came up.
+  3. *It is within the eviction rate.* At most ``evictions_per_sweep`` (2) per sweep and
+     ``evictions_per_minute`` (6) in any 60 s, fleet-wide, oldest silence first; the rest wait for
+     the next sweep. Each eviction writes a ``node.evicted`` audit event with its evidence.
+
+  Edges do not report per-replica "served recently" signals (their per-model signals in Redis
+  cannot tell one replica from another), so the sweeper cannot ask them whether a silent node
+  still serves; conditions 1 and 2 stand in for it.
+
+Cloud listings and describes happen outside any transaction; a region that cannot be listed is
 skipped entirely (its nodes are not judged on missing data).
 """
 
@@ -22,7 +50,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
+from prometheus_client import Counter, Gauge
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
@@ -32,10 +61,26 @@ from controlplane.fleet import blocklist, placement_catalog
 from controlplane.fleet.clouds import Providers
 from controlplane.fleet.nodes import transition
 from controlplane.fleet.provisioning import PREEMPTED, begin_termination
-from controlplane.models import Node, NodeState, Operation, OperationKind
+from controlplane.models import AuditEvent, Node, NodeState, Operation, OperationKind
+from controlplane.models.audit import (
+    EVICTION_SCOPE,
+    EVICTIONS_PAUSED,
+    EVICTIONS_RESUMED,
+    NODE_EVICTED,
+    latest_eviction_scope_events,
+)
 from infra.provider import MANAGED_BY, MANAGED_BY_VALUE, TAG_CLUSTER, TAG_NODE_ID, Instance, InstanceState
 
 log = logging.getLogger("nimbus.provisioning.sweep")
+
+FLEET = "fleet"  # the scope of every node; regions are "<cloud>/<region>"
+ACTOR = "system:sweeper"
+MAX_DESCRIBES = 50  # describe calls per sweep; the rest are described on the next one
+SILENT_NODES_GAUGE = Gauge("nimbus_fleet_silent_nodes", "Heartbeating nodes silent past the timeout, per scope",
+                           ["scope"])
+EVICTIONS = Counter("nimbus_fleet_evictions_total", "Nodes the sweeper failed for silence", ["evidence"])
+EVICTIONS_HELD = Counter("nimbus_fleet_evictions_held_total",
+                         "Silent nodes the sweeper kept, by why (counted once per sweep each)", ["why"])
 
 S = NodeState
 # A VM just launched may not show up in a tag listing yet (EC2 is eventually consistent).
@@ -53,6 +98,9 @@ class SweepResult:
     orphans: list[str] = field(default_factory=list)
     lost: list[uuid.UUID] = field(default_factory=list)
     stale: list[uuid.UUID] = field(default_factory=list)
+    held: dict[uuid.UUID, str] = field(default_factory=dict)  # silent nodes kept, and why
+    paused: list[str] = field(default_factory=list)  # scopes in which silence evicts nothing
+    scopes: dict[str, ScopeHealth] = field(default_factory=dict)
     operations: list[tuple[uuid.UUID, OperationKind]] = field(default_factory=list)  # to run now
     errors: list[str] = field(default_factory=list)
 
@@ -71,10 +119,19 @@ def sweep(settings: Settings, providers: Providers, clock: Callable[[], dt.datet
             result.errors.append(f"{cloud}/{region}: {exc}")
             log.warning("sweep cannot list %s/%s: %s", cloud, region, exc)
     result.listed = list(owned)
+    with session_scope(settings) as session:  # which silent nodes need the cloud's word (no lock)
+        wanted = [n for n in _silent_candidates(session, settings, owned, clock())[:MAX_DESCRIBES]
+                  if n.instance_id and n.cloud and n.region]
+    described: dict[uuid.UUID, Described] = {}
+    for node in wanted:  # outside any transaction
+        try:
+            described[node.id] = Described(providers(node.cloud).describe(node.region, node.instance_id))
+        except Exception as exc:  # no verdict: the node is not judged on missing data
+            described[node.id] = Described(None, error=str(exc)[:300])
     with session_scope(settings) as session:
         now = clock()
         orphans = find_orphans(session, owned)
-        operations = judge_nodes(session, settings, owned, now, result)
+        operations = judge_nodes(session, settings, owned, now, result, described=described)
         session.flush()
         result.operations = [(op.id, op.kind) for op in operations]
     for (cloud, region), instance in orphans:
@@ -110,28 +167,223 @@ def _is_orphan(instance: Instance, node: Node | None) -> bool:
     return node.instance_id is not None and node.instance_id != instance.instance_id
 
 
+@dataclass(frozen=True)
+class Described:
+    """The cloud's answer about one VM: the instance (``None``: the cloud no longer knows it), or
+    the error that stopped the describe (no verdict)."""
+
+    instance: Instance | None
+    error: str | None = None
+
+
+@dataclass
+class ScopeHealth:
+    """How many of a scope's heartbeating nodes (in a running state, reported at least once) are silent."""
+
+    nodes: int = 0
+    silent: int = 0
+
+    @property
+    def share(self) -> float:
+        return self.silent / self.nodes if self.nodes else 0.0
+
+    def disrupted(self, settings: Settings) -> bool:
+        """Too many silent at once for silence to mean anything about one node (Kubernetes'
+        ComputeZoneState: full disruption, or partial with enough nodes past the threshold)."""
+        if not self.silent:
+            return False
+        if self.silent == self.nodes:
+            return True
+        return self.silent >= settings.silent_scope_min_nodes and self.share >= settings.silent_scope_threshold
+
+    def as_dict(self, settings: Settings) -> dict:
+        return {"silent": self.silent, "nodes": self.nodes, "share": round(self.share, 3),
+                "threshold": settings.silent_scope_threshold, "min_nodes": settings.silent_scope_min_nodes}
+
+
+def region_scope(node: Node) -> str:
+    return f"{node.cloud or '?'}/{node.region or '?'}"
+
+
+def scope_health(nodes: list[Node], settings: Settings, now: dt.datetime) -> dict[str, ScopeHealth]:
+    """``{"fleet": …, "<cloud>/<region>": …}``. A node that never reported counts in neither
+    figure: its silence says nothing about whether heartbeats arrive."""
+    scopes: dict[str, ScopeHealth] = {FLEET: ScopeHealth()}
+    for node in nodes:
+        if node.state not in RUNNING_STATES or node.last_heartbeat_at is None:
+            continue
+        silent = (now - node.last_heartbeat_at).total_seconds() > settings.heartbeat_timeout_s
+        for name in (FLEET, region_scope(node)):
+            health = scopes.setdefault(name, ScopeHealth())
+            health.nodes += 1
+            health.silent += silent
+    return scopes
+
+
+def _silent_candidates(session: Session, settings: Settings, owned: dict[Place, list[Instance]],
+                       now: dt.datetime) -> list[Node]:
+    """Silent nodes outside disrupted scopes that the listing does not already call lost: the
+    ones whose VM the cloud is asked about before the verdict. Oldest silence first."""
+    nodes = list(session.scalars(select(Node).where(Node.state.in_(RUNNING_STATES))))
+    scopes = scope_health(nodes, settings, now)
+    resumed = _resumed_at(_scope_events(session))
+    live = {(c, r, i.instance_id): i for (c, r), instances in owned.items() for i in instances}
+    out = [n for n in nodes if not _lost(n, live, owned, now) and _stale(n, settings, now, _not_before(n, resumed))
+           and not _guarded(n, scopes, settings)]
+    return sorted(out, key=lambda n: _silent_since(n) or now)
+
+
+def _guarded(node: Node, scopes: dict[str, ScopeHealth], settings: Settings) -> str | None:
+    for name in (region_scope(node), FLEET):
+        if (health := scopes.get(name)) is not None and health.disrupted(settings):
+            return name
+    return None
+
+
 def judge_nodes(
-    session: Session, settings: Settings, owned: dict[Place, list[Instance]], now: dt.datetime, result: SweepResult
+    session: Session, settings: Settings, owned: dict[Place, list[Instance]], now: dt.datetime, result: SweepResult,
+    described: dict[uuid.UUID, Described] | None = None,
 ) -> list[Operation]:
-    """Fail (and queue termination of) nodes whose VM is gone or that stopped reporting."""
+    """Fail (and queue termination of) nodes whose VM is gone, and silent nodes the evidence
+    condemns (see the module docstring); pause and resume evictions per scope."""
+    described = described or {}
     operations: list[Operation] = []
     live = {(c, r, i.instance_id): i for (c, r), instances in owned.items() for i in instances}
+    # The scopes are judged on every running node, locked or not (a plain read).
+    everyone = session.execute(
+        select(Node.id, Node.state, Node.cloud, Node.region, Node.last_heartbeat_at).where(Node.state.in_(RUNNING_STATES))
+    ).all()
+    scopes = scope_health(everyone, settings, now)  # type: ignore[arg-type]
+    result.scopes = scopes
+    result.paused = sorted(name for name, health in scopes.items() if health.disrupted(settings))
+    resumed = _resumed_at(_record_scopes(session, settings, scopes, now))
     nodes = session.scalars(
         select(Node).where(Node.state.in_(RUNNING_STATES)).with_for_update(skip_locked=True)
     ).all()
-    for node in nodes:
+    silent: list[tuple[Node, str, str]] = []  # (node, why silent, evidence) to evict, within the rate
+    for node in sorted(nodes, key=lambda n: _silent_since(n) or now):
         if reason := _lost(node, live, owned, now):
             error = f"{PREEMPTED}: {reason}" if node.spot else f"instance lost: {reason}"
             result.lost.append(node.id)
-        elif reason := _stale(node, settings, now):
-            error = f"stale: {reason}"
-            result.stale.append(node.id)
+        elif reason := _stale(node, settings, now, not_before := _not_before(node, resumed)):
+            if scope := _guarded(node, scopes, settings):
+                _hold(result, node, f"evictions paused in {scope}")
+                continue
+            verdict, evidence = _cloud_verdict(node, described.get(node.id), settings, now, not_before)
+            if verdict == "lost":
+                error = f"instance lost: {evidence} (silent: {reason})"
+                result.lost.append(node.id)
+            elif verdict == "evict":
+                silent.append((node, reason, evidence))
+                continue
+            else:
+                _hold(result, node, evidence)
+                continue
         else:
             continue
         transition(session, node, S.failed, reason=error, error=error)
         if op := begin_termination(session, node, now, settings, reason=error):
             operations.append(op)
+    budget = _eviction_budget(session, settings, now)
+    for i, (node, reason, evidence) in enumerate(silent):
+        if i >= budget:
+            _hold(result, node, "eviction rate limit")
+            continue
+        error = f"stale: {reason}; {evidence}"
+        result.stale.append(node.id)
+        EVICTIONS.labels(evidence.split(":", 1)[0]).inc()
+        session.add(AuditEvent(at=now, actor=ACTOR, action=NODE_EVICTED, target_type="nodes", target_id=str(node.id),
+                               before={"state": node.state.value},
+                               after={"reason": reason, "evidence": evidence, "scope": region_scope(node),
+                                      "scopes": {name: scopes[name].as_dict(settings)
+                                                 for name in (FLEET, region_scope(node)) if name in scopes}}))
+        transition(session, node, S.failed, reason=error, error=error)
+        if op := begin_termination(session, node, now, settings, reason=error):
+            operations.append(op)
     return operations
+
+
+def _hold(result: SweepResult, node: Node, why: str) -> None:
+    result.held[node.id] = why
+    EVICTIONS_HELD.labels(why.split(" in ", 1)[0].split(":", 1)[0]).inc()
+    log.info("silent node %s kept: %s", node.id, why)
+
+
+def _cloud_verdict(node: Node, described: Described | None, settings: Settings, now: dt.datetime,
+                   not_before: dt.datetime | None = None) -> tuple[str, str]:
+    """("lost" | "evict" | "hold", evidence) for a silent node in a scope that still reports."""
+    if node.instance_id is None:
+        return "hold", "no VM recorded: its launch decides"
+    if described is None:
+        return "hold", "not described by the cloud yet"
+    if described.error is not None:
+        return "hold", f"the cloud could not describe {node.instance_id}: {described.error}"
+    instance = described.instance
+    if instance is None:
+        return "lost", f"the cloud no longer knows instance {node.instance_id}"
+    if instance.state == InstanceState.TERMINATED:
+        return "lost", f"the cloud reports instance {node.instance_id} {instance.state.value}"
+    if instance.state == InstanceState.STOPPING:
+        return "evict", f"cloud: instance {node.instance_id} is {instance.state.value}"
+    if node.last_heartbeat_at is None:
+        return "evict", f"never reported: instance {node.instance_id} is {instance.state.value}"
+    silent_s = (now - max(node.last_heartbeat_at, not_before or node.last_heartbeat_at)).total_seconds()
+    if silent_s >= settings.silent_running_evict_s:
+        return "evict", (f"silent past {int(settings.silent_running_evict_s)} s: instance {node.instance_id} is "
+                         f"{instance.state.value} but its agent does not report")
+    return "hold", (f"the cloud reports instance {node.instance_id} {instance.state.value}; evicted only after "
+                    f"{int(settings.silent_running_evict_s)} s of silence")
+
+
+def _eviction_budget(session: Session, settings: Settings, now: dt.datetime) -> int:
+    recent = session.scalar(select(func.count()).select_from(AuditEvent).where(
+        AuditEvent.action == NODE_EVICTED, AuditEvent.at > now - dt.timedelta(seconds=60))) or 0
+    return max(0, min(settings.evictions_per_sweep, settings.evictions_per_minute - recent))
+
+
+def _scope_events(session: Session) -> dict[str, tuple[str, dt.datetime]]:
+    """Each scope's latest pause/resume event: ``{scope: (action, at)}``."""
+    latest: dict[str, tuple[str, dt.datetime]] = {}
+    for target_id, action, at, _after in session.execute(latest_eviction_scope_events()):
+        latest.setdefault(target_id, (action, at))
+    return latest
+
+
+def _resumed_at(latest: dict[str, tuple[str, dt.datetime]]) -> dict[str, dt.datetime]:
+    return {name: at for name, (action, at) in latest.items() if action == EVICTIONS_RESUMED}
+
+
+def _not_before(node: Node, resumed: dict[str, dt.datetime]) -> dt.datetime | None:
+    """Silence counts from the last time the node's scope resumed evicting, at the earliest: a
+    backlog of heartbeats takes a while to arrive after an outage, and silence during a pause was
+    no evidence (Kubernetes likewise resets its probe times when it leaves disruption mode)."""
+    stamps = [at for name in (FLEET, region_scope(node)) if (at := resumed.get(name)) is not None]
+    return max(stamps) if stamps else None
+
+
+def _record_scopes(session: Session, settings: Settings, scopes: dict[str, ScopeHealth],
+                   now: dt.datetime) -> dict[str, tuple[str, dt.datetime]]:
+    """Audit each scope's pause and resume once (the latest event per scope is its state) and set
+    the gauges. Returns each scope's latest event, those written here included."""
+    latest = _scope_events(session)
+    for name in sorted(set(scopes) | set(latest)):
+        health = scopes.get(name, ScopeHealth())
+        paused = health.disrupted(settings)
+        was_paused = latest.get(name, ("", now))[0] == EVICTIONS_PAUSED
+        SILENT_NODES_GAUGE.labels(name).set(health.silent)
+        if paused == was_paused:
+            continue
+        action = EVICTIONS_PAUSED if paused else EVICTIONS_RESUMED
+        if paused:
+            log.warning("evictions paused in %s: %d of %d heartbeating nodes silent (threshold %.0f%%); "
+                        "heartbeats may not be reaching the control plane", name, health.silent, health.nodes,
+                        settings.silent_scope_threshold * 100)
+        else:
+            log.warning("evictions resumed in %s: %d of %d nodes silent", name, health.silent, health.nodes)
+        session.add(AuditEvent(at=now, actor=ACTOR, action=action, target_type=EVICTION_SCOPE, target_id=name,
+                               after={**health.as_dict(settings), "since": now.isoformat()}))
+        latest[name] = (action, now)
+    return latest
 
 
 def _lost(node: Node, live: dict, owned: dict[Place, list[Instance]], now: dt.datetime) -> str | None:
@@ -147,13 +399,19 @@ def _lost(node: Node, live: dict, owned: dict[Place, list[Instance]], now: dt.da
     return f"instance {node.instance_id} no longer exists"
 
 
-def _stale(node: Node, settings: Settings, now: dt.datetime) -> str | None:
+def _silent_since(node: Node) -> dt.datetime | None:
+    return node.last_heartbeat_at or _entered(node, S.ready) or _entered(node, S.booting)
+
+
+def _stale(node: Node, settings: Settings, now: dt.datetime, not_before: dt.datetime | None = None) -> str | None:
     if node.state == S.booting:
         since = node.last_heartbeat_at or _entered(node, S.booting)
         limit = settings.boot_timeout_s
     else:
         since = node.last_heartbeat_at or _entered(node, S.ready) or _entered(node, S.booting)
         limit = settings.heartbeat_timeout_s
+    if since is not None and not_before is not None:
+        since = max(since, not_before)
     if since is None or (now - since).total_seconds() <= limit:
         return None
     return f"no heartbeat for {int((now - since).total_seconds())} s in state {node.state.value}"
