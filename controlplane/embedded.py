@@ -18,6 +18,13 @@ Then it seeds a demo (a tenant and a fresh API key, a model with bf16 and fp8 ti
 pool of two replicas), waits until a completion streams through the edge, prints how to use it,
 and runs until Ctrl-C, which stops everything it started (agents and their engines included).
 
+While it runs it supervises the services: one that exits (a crash, a kill, an OOM) is logged and
+started again after a backoff (0.5 s, 1 s, 2 s … at most 8 s), on the same port with the same
+settings; the nodes and their engines are not touched (agents ride out an API or edge restart,
+the edge serves from its last snapshot meanwhile). Only Ctrl-C (SIGINT or SIGTERM to this runner)
+stops the platform, or a service that keeps failing: 5 exits within 60 s stop everything with a
+message naming it and its log.
+
 Options for tests and CI: ``--state-dir``, ``--api-port``/``--edge-port`` (0: any free port),
 ``--database-url`` (e.g. Postgres), ``--no-demo`` (no seeding: drive the admin API yourself),
 ``--status-file`` (JSON with URLs and tokens once ready). ``NIMBUS_EMBEDDED_API_PORT`` and
@@ -95,7 +102,15 @@ AGENT_ENV = {
     "NIMBUS_AGENT_DRAIN_GRACE_S": "2",  # > the edge's snapshot poll plus the API's snapshot cache
     "NIMBUS_AGENT_DRAIN_DEADLINE_S": "3",
     "NIMBUS_AGENT_BACKOFF_BASE_S": "0.5",
+    # A restarted API is found again within a few seconds (the default cap is 30 s).
+    "NIMBUS_AGENT_CP_RETRY_CAP_S": "5",
 }
+# Supervision: a service that exits is started again after min(cap, base * 2**(n-1)) for its n-th
+# exit within the window; the n-th exit within the window with n == GIVE_UP_EXITS stops the platform.
+RESTART_BASE_S = 0.5
+RESTART_CAP_S = 8.0
+GIVE_UP_EXITS = 5
+GIVE_UP_WINDOW_S = 60.0
 PLATFORM_ENV = {
     "NIMBUS_RECONCILE_INTERVAL_S": "1",
     "NIMBUS_USAGE_ROLLUP_INTERVAL_S": "2",
@@ -126,6 +141,9 @@ class Service:
     health_url: str | None = None
     proc: subprocess.Popen | None = None
     started_at: float = 0.0
+    exits: list[float] = field(default_factory=list)  # monotonic times of exits the supervisor saw
+    restart_at: float | None = None  # when the supervisor starts it again
+    restarts: int = 0
 
     def start(self, env: dict[str, str], log_dir: Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -137,6 +155,13 @@ class Service:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def kill_leftover_group(self) -> None:
+        """After its leader exited: anything else in its process group goes too, so the restarted
+        service finds its port and files free."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
 
     def healthy(self) -> bool:
         if not self.alive() or self.health_url is None:
@@ -170,6 +195,11 @@ class Platform:
     console: Console = field(default_factory=Console)
     services: dict[str, Service] = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic)
+    restart_base_s: float = RESTART_BASE_S
+    restart_cap_s: float = RESTART_CAP_S
+    give_up_exits: int = GIVE_UP_EXITS
+    give_up_window_s: float = GIVE_UP_WINDOW_S
+    demo_info: dict[str, str] | None = None  # what write_status writes, again after each restart
 
     # -- setup -------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -438,6 +468,7 @@ Logs: {self.log_dir}  ·  Ctrl-C stops everything.
 """, flush=True)
 
     def write_status(self, demo: dict[str, str] | None) -> None:
+        self.demo_info = demo
         if self.status_file is None:
             return
         status = {"api_url": self.api_url, "edge_url": self.edge_url, "state_dir": str(self.state_dir),
@@ -463,13 +494,60 @@ Logs: {self.log_dir}  ·  Ctrl-C stops everything.
         (self.state_dir / "embedded-pids.json").unlink(missing_ok=True)
         self.console.print(f"stopped {len(self.services)} services and {stopped} node(s)")
 
-    def supervise(self, stop: threading.Event) -> None:
-        while not stop.wait(0.5):
-            for service in self.services.values():
-                if service.proc is not None and service.proc.poll() is not None:
-                    self.console.print(f"[red]✗[/red] {service.name} exited with {service.proc.returncode}; "
-                                       f"see {self.log_dir / (service.name + '.log')}")
-                    return
+    def supervise(self, stop: threading.Event, poll_s: float = 0.2) -> str | None:
+        """Until ``stop`` is set (a signal; returns None): a service that exits is logged and started
+        again after a capped backoff. One that exits ``give_up_exits`` times within
+        ``give_up_window_s`` ends the run: returns why, and the caller stops the platform."""
+        while not stop.wait(poll_s):
+            now = time.monotonic()
+            for service in list(self.services.values()):
+                if service.proc is None:
+                    continue
+                if service.restart_at is not None:
+                    if now >= service.restart_at and not stop.is_set():
+                        self._restart(service)
+                    continue
+                code = service.proc.poll()
+                if code is None:
+                    continue
+                service.kill_leftover_group()
+                service.exits = [t for t in service.exits if now - t < self.give_up_window_s] + [now]
+                log = self.log_dir / f"{service.name}.log"
+                n = len(service.exits)
+                if n >= self.give_up_exits:
+                    why = (f"{service.name} keeps failing: it exited {n} times within {self.give_up_window_s:.0f} s "
+                           f"(last {_exit_text(code)}); stopping the platform. See {log}")
+                    self.console.print(f"[red]✗[/red] {why}")
+                    return why
+                delay = min(self.restart_cap_s, self.restart_base_s * 2 ** (n - 1))
+                service.restart_at = now + delay
+                self.console.print(
+                    f"[yellow]![/yellow] {service.name} {_exit_text(code)} after {now - service.started_at:.1f} s; "
+                    f"restarting it in {delay:.1f} s ({n} of {self.give_up_exits - 1} restarts allowed within "
+                    f"{self.give_up_window_s:.0f} s). See {log}")
+        return None
+
+    def _restart(self, service: Service) -> None:
+        service.restart_at = None
+        try:
+            service.start(self.env(), self.log_dir)
+        except OSError as exc:  # counted as one more exit: the next poll finds the old process still gone
+            self.console.print(f"[red]✗[/red] {service.name} could not be started: {exc}")
+            return
+        service.restarts += 1
+        self._record_pids()
+        with contextlib.suppress(OSError):
+            self.write_status(self.demo_info)
+        self.console.print(f"[green]↻[/green] {service.name} restarted (pid {service.proc.pid}, "
+                           f"restart {service.restarts})")
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 def _start_time(pid: int) -> int | None:
@@ -573,8 +651,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             platform.step("platform ready (no demo seeded)")
         platform.write_status(demo)
-        platform.supervise(stop)
-        code = 0 if stop.is_set() else 1
+        code = 1 if platform.supervise(stop) is not None else 0
     except KeyboardInterrupt:
         platform.console.print("\nstopping…")
     except (RuntimeError, TimeoutError) as exc:
