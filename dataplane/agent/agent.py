@@ -274,8 +274,8 @@ class NodeAgent:
                                                             self._facts())
                     except Unauthorized:
                         if answer_lost:
-                            log.error("bootstrap token refused after a register whose answer was lost: the "
-                                      "control plane spent the token on that attempt")
+                            log.error("bootstrap token refused on a repeated register (an earlier attempt's "
+                                      "answer was lost): its retry window has passed or the credential was used")
                         raise
                     except (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError):
                         answer_lost = True  # sent, perhaps handled, no answer
