@@ -25,9 +25,12 @@
      ``nimbus_fleet_evictions_paused{scope} 1`` (``controlplane/console/stability.py``).
   2. *The cloud agrees.* Right before the verdict the VM is described through the provider:
      gone or stopped is the cloud's word (the node is *lost*, as the listing would say); stopping
-     (shutting down) is broken; a VM the cloud reports running is evicted only once silent for
-     ``silent_running_evict_s`` (600 s) — an agent wedged on a healthy VM must not hold GPUs for
-     ever, but a short silence of a running VM is no verdict. A describe that fails is no verdict.
+     (shutting down) is broken; a VM the cloud reports running is evicted only once sweeps have
+     seen it silent for ``silent_running_evict_s`` (600 s; when a sweep first saw the silence is
+     kept in the node's ``metrics["silence"]``, so time in which no sweep ran — the worker or the
+     database was down — or evictions were paused does not count): an agent wedged on a healthy
+     VM must not hold GPUs for ever, but a short silence of a running VM is no verdict. A describe
+     that fails is no verdict.
      A node that never reported (booting past the boot timeout) needs no more than a running VM:
      its agent never came up.
   3. *It is within the eviction rate.* At most ``evictions_per_sweep`` (2) per sweep and
@@ -265,11 +268,11 @@ def judge_nodes(
         if reason := _lost(node, live, owned, now):
             error = f"{PREEMPTED}: {reason}" if node.spot else f"instance lost: {reason}"
             result.lost.append(node.id)
-        elif reason := _stale(node, settings, now, not_before := _not_before(node, resumed)):
+        elif reason := _stale(node, settings, now, _not_before(node, resumed)):
             if scope := _guarded(node, scopes, settings):
                 _hold(result, node, f"evictions paused in {scope}")
                 continue
-            verdict, evidence = _cloud_verdict(node, described.get(node.id), settings, now, not_before)
+            verdict, evidence = _cloud_verdict(node, described.get(node.id), settings, now, _silence_seen(node, now))
             if verdict == "lost":
                 error = f"instance lost: {evidence} (silent: {reason})"
                 result.lost.append(node.id)
@@ -309,8 +312,20 @@ def _hold(result: SweepResult, node: Node, why: str) -> None:
     log.info("silent node %s kept: %s", node.id, why)
 
 
+def _silence_seen(node: Node, now: dt.datetime) -> dt.datetime:
+    """When a sweep first saw this silence (the node's current last heartbeat), recorded on the node.
+    A sweep that did not run (the worker or the database was down) saw nothing: time the
+    sweeper was not looking, or a pause, is no evidence of silence."""
+    mark = (node.metrics or {}).get("silence") or {}
+    beat = node.last_heartbeat_at.isoformat() if node.last_heartbeat_at else None
+    if mark.get("heartbeat") == beat and mark.get("seen_at"):
+        return dt.datetime.fromisoformat(mark["seen_at"])
+    node.metrics = {**(node.metrics or {}), "silence": {"heartbeat": beat, "seen_at": now.isoformat()}}
+    return now
+
+
 def _cloud_verdict(node: Node, described: Described | None, settings: Settings, now: dt.datetime,
-                   not_before: dt.datetime | None = None) -> tuple[str, str]:
+                   seen_at: dt.datetime | None = None) -> tuple[str, str]:
     """("lost" | "evict" | "hold", evidence) for a silent node in a scope that still reports."""
     if node.instance_id is None:
         return "hold", "no VM recorded: its launch decides"
@@ -327,12 +342,12 @@ def _cloud_verdict(node: Node, described: Described | None, settings: Settings, 
         return "evict", f"cloud: instance {node.instance_id} is {instance.state.value}"
     if node.last_heartbeat_at is None:
         return "evict", f"never reported: instance {node.instance_id} is {instance.state.value}"
-    silent_s = (now - max(node.last_heartbeat_at, not_before or node.last_heartbeat_at)).total_seconds()
-    if silent_s >= settings.silent_running_evict_s:
-        return "evict", (f"silent past {int(settings.silent_running_evict_s)} s: instance {node.instance_id} is "
+    observed_s = (now - (seen_at or now)).total_seconds()
+    if observed_s >= settings.silent_running_evict_s:
+        return "evict", (f"seen silent for {int(observed_s)} s: instance {node.instance_id} is "
                          f"{instance.state.value} but its agent does not report")
-    return "hold", (f"the cloud reports instance {node.instance_id} {instance.state.value}; evicted only after "
-                    f"{int(settings.silent_running_evict_s)} s of silence")
+    return "hold", (f"the cloud reports instance {node.instance_id} {instance.state.value}; evicted once seen "
+                    f"silent for {int(settings.silent_running_evict_s)} s ({int(observed_s)} s so far)")
 
 
 def _eviction_budget(session: Session, settings: Settings, now: dt.datetime) -> int:

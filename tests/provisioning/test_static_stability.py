@@ -147,21 +147,28 @@ async def test_a_single_silent_node_goes_on_the_clouds_word_or_after_a_long_sile
     with session_scope(settings) as s:
         instance = {n.id: n.instance_id for n in s.scalars(select(Node).where(Node.id.in_(ids)))}
 
-    # Silent past the heartbeat timeout while the others report, but the cloud says its VM runs: kept.
-    t = t0 + dt.timedelta(seconds=settings.heartbeat_timeout_s + 5)
+    # No sweep ran for a long while (the worker or the database was down); then the first one sees
+    # it silent while the others report, but the cloud says its VM runs: kept, and its silence is
+    # timed from now (a sweep that did not run saw nothing).
+    t = t0 + dt.timedelta(seconds=settings.boot_timeout_s + 5)
     heartbeat(settings, others, t)
     result = sweeper.sweep(settings, Clouds(aws=aws), clock=at(t))
     assert result.paused == [] and not result.stale and not result.lost
     assert "reports instance" in result.held[silent] and "running" in result.held[silent]
     assert states(settings, [silent])[silent] == S.ready
+    t = t + dt.timedelta(seconds=settings.silent_running_evict_s - 5)
+    heartbeat(settings, others, t)
+    result = sweeper.sweep(settings, Clouds(aws=aws), clock=at(t))
+    assert not result.stale and "so far" in result.held[silent]
 
-    # Long silent with its VM still running: the agent is wedged; evicted, with its evidence audited.
-    t = t0 + dt.timedelta(seconds=settings.silent_running_evict_s + 5)
+    # Seen silent for long with its VM still running: the agent is wedged; evicted, evidence audited.
+    t = t + dt.timedelta(seconds=10)
     heartbeat(settings, others, t)
     result = sweeper.sweep(settings, Clouds(aws=aws), clock=at(t))
     assert result.stale == [silent] and not result.held
     [event] = audit(settings, NODE_EVICTED)
-    assert event.target_id == str(silent) and "running but its agent does not report" in event.after["evidence"]
+    assert event.target_id == str(silent) and "seen silent for 605 s" in event.after["evidence"]
+    assert "running but its agent does not report" in event.after["evidence"]
     assert event.after["scopes"]["fleet"] == {"silent": 1, "nodes": 4, "share": 0.25, "threshold": 0.55,
                                               "min_nodes": 3}
     assert states(settings, ids) == {silent: S.terminating, **{i: S.ready for i in others}}  # failed, its VM going
@@ -188,9 +195,12 @@ async def test_evictions_are_rate_limited_fleet_wide(client, admin, settings, aw
     silent = ids[:4]
     for i, node_id in enumerate(silent):
         heartbeat(settings, [node_id], t0 + dt.timedelta(seconds=i))
+    first = t0 + dt.timedelta(seconds=settings.heartbeat_timeout_s + 10)
+    heartbeat(settings, ids[4:], first)
+    assert set(sweeper.sweep(settings, Clouds(aws=aws), clock=at(first)).held) == set(silent)  # first seen silent
     evicted: list[list[uuid.UUID]] = []
     for offset in (0, 5, 10, 65):
-        t = t0 + dt.timedelta(seconds=settings.silent_running_evict_s + 10 + offset)
+        t = first + dt.timedelta(seconds=settings.silent_running_evict_s + offset)
         heartbeat(settings, ids[4:], t)
         result = sweeper.sweep(settings, Clouds(aws=aws), clock=at(t))
         assert result.paused == []
