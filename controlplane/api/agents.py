@@ -18,7 +18,9 @@ its node (it can only write that node and its replicas) and dies when the node i
 
 ``POST /resume`` (same body as register, minus token) → the same answer without a credential.
     For a restarted agent: its old engines died with it, so the node's replicas return to
-    ``pending`` (or ``stopped``, if no longer wanted) and are listed again to be started.
+    ``pending`` (or ``stopped``, if no longer wanted) and are listed again to be started. Optional
+    ``"boot_id"`` (register and resume; one per agent process): a resume repeating the recorded
+    ``boot_id`` is a retry and changes no replica.
 ``POST /replicas`` ``{"replicas": [ReplicaReport…]}`` → ``{"applied": n}``. Sent on every
     replica state change (started, ready, restarting, draining, stopped, failed).
     On a draining node, a report with every replica ``stopped`` (or ``failed``) means drained:

@@ -21,7 +21,10 @@ the salt, so the credential can no longer be derived by anyone, a later register
 refused 401, and what remains at rest is the credential's digest, as before.
 
 Every agent call is safe to repeat: register as above; heartbeat and replica reports set state
-(never count or append), and a draining heartbeat keeps the first drain deadline.
+(never count or append), and a draining heartbeat keeps the first drain deadline; a resume that
+carries the agent process's ``boot_id`` is applied once per process (a repeat stops no engine that
+the first answer started). Without a ``boot_id`` a repeated resume sends the node's replicas back
+to ``pending`` again, which the next reports correct.
 """
 
 from __future__ import annotations
@@ -72,6 +75,9 @@ class AgentFacts(msgspec.Struct, forbid_unknown_fields=False):
     gpus: list[int] = []
     engine: str | None = None
     version: str | None = None
+    # Optional: one id per agent process. A resume with the id already recorded is a repeat (its
+    # answer was lost, or it sat in a stopped API's backlog) and stops nothing.
+    boot_id: str | None = None
 
 
 class RegisterRequest(AgentFacts):
@@ -164,8 +170,14 @@ def authenticate(session: Session, credential: str | None, *, spend_bootstrap: b
 
 
 def resume(session: Session, node: Node, facts: AgentFacts) -> dict:
-    """A restarted agent: its old engines died with it, so their replicas are stopped."""
+    """A restarted agent: its old engines died with it, so their replicas are stopped. A repeat
+    from the same agent process (same ``boot_id``) is answered without that: its engines may be
+    running by now, started from the first answer."""
     now = utcnow()
+    recorded = ((node.metrics or {}).get("agent") or {}).get("boot_id")
+    if facts.boot_id and facts.boot_id == recorded:
+        _adopt(session, node, facts, now)
+        return answer_for(session, node, now)
     for replica in _replicas(session, node):
         # Its engine died with the old agent; a replica still wanted starts again from the list.
         if replica.state not in (ReplicaState.stopped, ReplicaState.failed):
@@ -179,7 +191,8 @@ def _adopt(session: Session, node: Node, facts: AgentFacts, now: dt.datetime) ->
     node.agent_url = facts.agent_url
     node.last_heartbeat_at = now
     node.metrics = {**(node.metrics or {}), "agent": {"hostname": facts.hostname, "gpus": facts.gpus,
-                                                      "engine": facts.engine, "version": facts.version}}
+                                                      "engine": facts.engine, "version": facts.version,
+                                                      "boot_id": (facts.boot_id or "")[:64] or None}}
     if node.state == NodeState.pending:
         transition(session, node, NodeState.provisioning, reason="agent registered before launch was recorded")
     if node.state == NodeState.provisioning:

@@ -179,3 +179,31 @@ def test_an_agent_whose_register_answer_is_lost_retries_and_its_node_comes_up(cp
             assert agent.proc.poll() is None
         finally:
             agent.stop()
+
+
+def test_a_repeated_resume_of_the_same_agent_process_stops_nothing(cp: ControlPlane):
+    pool = make_pool(cp)
+    node_id, token = make_node(cp, pool)
+    answer = httpx.post(cp.url + "/internal/v1/agents/register", json={
+        "node_id": node_id, "bootstrap_token": token, **FACTS, "boot_id": "boot-1"}, timeout=10).json()
+    auth = {"Authorization": f"Bearer {answer['credential']}"}
+    [entry] = answer["replicas"]
+
+    def post(path: str, body: dict) -> dict:
+        r = httpx.post(cp.url + f"/internal/v1/agents/{path}", json=body, headers=auth, timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def replica_state() -> str:
+        return cp.get_admin(f"/admin/v1/replicas?node_id={node_id}")["items"][0]["state"]
+
+    ready = {"id": entry["id"], "state": "ready", "slot": 0, "gpu_ids": [0], "url": "http://127.0.0.1:30000"}
+    post("replicas", {"replicas": [ready]})
+    assert replica_state() == "ready"
+    # The same agent process resumes again (an earlier resume's answer was lost, or it waited in a
+    # backlog): its engine serves, so nothing is stopped.
+    post("resume", {**FACTS, "boot_id": "boot-1"})
+    assert replica_state() == "ready"
+    # A new agent process (a restart): its old engines died with the old one.
+    post("resume", {**FACTS, "boot_id": "boot-2"})
+    assert replica_state() == "pending"
