@@ -183,6 +183,7 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpRequestParser(self)
         self._loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self._counted = False  # in the server's per-client counts
+        self._max_headers = options.max_headers
         self.transport: asyncio.Transport | None = None
         self.client: str = ""
         self.closed = False
@@ -322,12 +323,16 @@ class Connection(asyncio.Protocol):
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._nheaders = 0
-        self._header_size = 0
         self._body: list[bytes] = []
         self._body_size = 0
 
     def on_message_begin(self) -> None:
-        self._reset_message()
+        # _reset_message, inlined: this runs once per request
+        self._url = b""
+        self._headers = {}
+        self._nheaders = 0
+        self._body = []
+        self._body_size = 0
         self._in_message = True
         self._head_done = False
         self._early_checked = False
@@ -341,13 +346,11 @@ class Connection(asyncio.Protocol):
             raise _Refused(414, "request URL too long")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._nheaders += 1
-        self._header_size += len(name) + len(value) + 4
-        opts = self._options
-        if self._nheaders > opts.max_headers:
-            raise _Refused(431, f"more than {opts.max_headers} header fields")
-        if self._header_size > opts.max_header_bytes:
-            raise _Refused(431, "request header fields too large")
+        # The head's size is bounded in data_received (bytes while it is incomplete) and measured
+        # exactly in on_headers_complete when that bound is not enough; only the count is kept here.
+        n = self._nheaders = self._nheaders + 1
+        if n > self._max_headers:
+            raise _Refused(431, f"more than {self._max_headers} header fields")
         name = name.lower()
         if name == b"host" and name in self._headers:
             raise _Refused(400, "more than one Host header")
@@ -355,15 +358,18 @@ class Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._head_done = True
-        self._head_bytes = 0
         opts = self._options
         headers = self._headers
+        if self._head_bytes > opts.max_header_bytes and len(self._url) + sum(
+                len(k) + len(v) + 4 for k, v in headers.items()) > opts.max_header_bytes:
+            raise _Refused(431, "request header fields too large")
+        self._head_bytes = 0
         if opts.require_host and b"host" not in headers and self._parser.get_http_version() == "1.1":
             raise _Refused(400, "an HTTP/1.1 request needs a Host header")
         if self._phase == _HEAD:
             self._phase = _BODY
             self.deadline = self._loop.time() + opts.body_timeout_s
-        if opts.early is not None and not self.busy:
+        if opts.early is not None and self._current is None and not self._queue:
             self._early_checked = True
             answer = opts.early(self, self._parser.get_method().decode(),
                                 self._url.partition(b"?")[0].decode("latin-1"), headers)
