@@ -37,9 +37,11 @@
      ``evictions_per_minute`` (6) in any 60 s, fleet-wide, oldest silence first; the rest wait for
      the next sweep. Each eviction writes a ``node.evicted`` audit event with its evidence.
 
-  Edges do not report per-replica "served recently" signals (their per-model signals in Redis
-  cannot tell one replica from another), so the sweeper cannot ask them whether a silent node
-  still serves; conditions 1 and 2 stand in for it.
+  4. *The edges do not say it serves.* Edges publish per served model, not per replica, so
+     this is the part they can tell: a node whose VM runs is kept while the edges report first
+     tokens (their TTFT window, streamed requests) of a model whose every ready replica is on a
+     silent node — those tokens came from silent nodes. Edges that are not publishing, or a
+     Redis that cannot be read, say nothing either way.
 
 Cloud listings and describes happen outside any transaction; a region that cannot be listed is
 skipped entirely (its nodes are not judged on missing data).
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,9 +65,20 @@ from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
 from controlplane.fleet import blocklist, placement_catalog
 from controlplane.fleet.clouds import Providers
+from controlplane.fleet.edge_signals import read_edge_signals, redis_client
 from controlplane.fleet.nodes import transition
 from controlplane.fleet.provisioning import PREEMPTED, begin_termination
-from controlplane.models import AuditEvent, Node, NodeState, Operation, OperationKind
+from controlplane.models import (
+    AuditEvent,
+    Model,
+    ModelVariant,
+    Node,
+    NodeState,
+    Operation,
+    OperationKind,
+    Replica,
+    ReplicaState,
+)
 from controlplane.models.audit import (
     EVICTION_SCOPE,
     EVICTIONS_PAUSED,
@@ -72,6 +86,7 @@ from controlplane.models.audit import (
     NODE_EVICTED,
     latest_eviction_scope_events,
 )
+from controlplane.services.edge_snapshot import served_model_name
 from infra.provider import MANAGED_BY, MANAGED_BY_VALUE, TAG_CLUSTER, TAG_NODE_ID, Instance, InstanceState
 
 log = logging.getLogger("nimbus.provisioning.sweep")
@@ -287,6 +302,7 @@ def judge_nodes(
         transition(session, node, S.failed, reason=error, error=error)
         if op := begin_termination(session, node, now, settings, reason=error):
             operations.append(op)
+    silent = _not_served_per_edges(session, settings, silent, everyone, now, result)
     budget = _eviction_budget(session, settings, now)
     for i, (node, reason, evidence) in enumerate(silent):
         if i >= budget:
@@ -304,6 +320,38 @@ def judge_nodes(
         if op := begin_termination(session, node, now, settings, reason=error):
             operations.append(op)
     return operations
+
+
+def _not_served_per_edges(session: Session, settings: Settings, candidates: list[tuple[Node, str, str]],
+                          everyone: list, now: dt.datetime, result: SweepResult) -> list[tuple[Node, str, str]]:
+    """Candidates minus the nodes whose VM runs and whose model's recent first tokens, as the edges
+    report them, can only have come from silent nodes (condition 4 in the module docstring)."""
+    running = [c for c in candidates if c[2].startswith("seen silent")]
+    if not running:
+        return candidates
+    readout = read_edge_signals(redis_client(settings.redis_url), time.time(), prefix=settings.edge_signals_prefix)
+    served = {name for name, signals in readout.items() if signals.ttft_samples > 0}
+    if not served:
+        return candidates
+    reporting = {row.id for row in everyone if row.last_heartbeat_at is not None
+                 and (now - row.last_heartbeat_at).total_seconds() <= settings.heartbeat_timeout_s}
+    hosts: dict[str, set[uuid.UUID]] = {}
+    for node_id, model, tier in session.execute(
+        select(Replica.node_id, Model.name, ModelVariant.tier)
+        .join(ModelVariant, ModelVariant.id == Replica.variant_id).join(Model, Model.id == ModelVariant.model_id)
+        .where(Replica.state == ReplicaState.ready)
+    ):
+        hosts.setdefault(served_model_name(model, tier), set()).add(node_id)
+    kept: list[tuple[Node, str, str]] = []
+    for candidate in candidates:
+        node = candidate[0]
+        only_silent = sorted(m for m in served if node.id in hosts.get(m, ()) and not hosts[m] & reporting)
+        if candidate in running and only_silent:
+            _hold(result, node, f"the edges report first tokens of {', '.join(only_silent)}, served only by "
+                                "silent nodes")
+            continue
+        kept.append(candidate)
+    return kept
 
 
 def _hold(result: SweepResult, node: Node, why: str) -> None:

@@ -6,6 +6,8 @@ pause is audited, shown in the operator console and exported on the API's /metri
 from __future__ import annotations
 
 import datetime as dt
+import json
+import time
 import uuid
 from types import SimpleNamespace
 from typing import Any
@@ -19,11 +21,20 @@ from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
 from controlplane.fleet import sweeper
 from controlplane.fleet.nodes import transition
-from controlplane.models import AuditEvent, Node, NodeState
+from controlplane.models import (
+    AuditEvent,
+    Model,
+    ModelVariant,
+    Node,
+    NodeState,
+    Replica,
+    ReplicaDesiredState,
+    ReplicaState,
+)
 from controlplane.models.audit import EVICTIONS_PAUSED, EVICTIONS_RESUMED, NODE_EVICTED
 from tests.console.conftest import sign_in_operator
 from tests.infra.conftest import AWS_REGION
-from tests.provisioning.conftest import Clouds, aws_catalog
+from tests.provisioning.conftest import Clouds, aws_catalog, setup_pool
 from tests.provisioning.test_sweeps_and_leases import live, run_tagged
 
 S = NodeState
@@ -233,3 +244,41 @@ def test_a_scope_is_disrupted_as_kubernetes_judges_a_zone():
     assert disrupted(rows("a", 0, 0, never=3)) == {"fleet": False}  # none ever reported: no evidence either way
     # A region whose every node is silent pauses there; the fleet, mostly reporting, does not.
     assert disrupted(rows("a", 2, 0), rows("b", 0, 8)) == {"fleet": False, "aws/a": True, "aws/b": False}
+
+
+async def test_a_silent_node_is_kept_while_the_edges_report_first_tokens_only_it_can_have_served(
+    client, admin, settings, aws, ec2, aws_template, moto_ami, redis_client, celery_keys_cleanup
+):
+    settings = settings.model_copy(update={"edge_signals_prefix": f"{settings.cluster_name}:"})
+    pool = await setup_pool(client, admin, aws_catalog(aws_template), [{"cloud": "aws", "region": AWS_REGION}],
+                            min_replicas=1, max_replicas=1)
+    with session_scope(settings) as s:
+        variant = s.get(ModelVariant, uuid.UUID(pool["variant_id"]))
+        served = f"{s.get(Model, variant.model_id).name}-{variant.tier}"
+    t0 = utcnow()
+    ids = make_fleet(settings, ec2, moto_ami, 6, t0)
+    serving, idle, others = ids[0], ids[1], ids[2:]  # two silent of six: the scope still reports
+    with session_scope(settings) as s:  # the model's only ready replica is on the silent node
+        s.add(Replica(node_id=serving, pool_id=uuid.UUID(pool["id"]), variant_id=variant.id, state=ReplicaState.ready,
+                      desired_state=ReplicaDesiredState.running, gpu_ids=[0], metrics={}, ready_breakdown={},
+                      restarts=0))
+    # An edge reports first tokens of that model over its last window.
+    payload = {"v": 1, "ts": time.time(), "ttl_s": 300, "window_s": 5, "queue_depth": 0, "activation_waiting": 0,
+               "inflight": 1, "queue_wait": {"le": [0.1, 1.0], "counts": [0, 0, 0]},
+               "ttft": {"le": [0.1, 1.0], "counts": [3, 1, 0]}, "rejections": {}}
+    redis_client.hset(f"{settings.edge_signals_prefix}edge-signals:edge-1", served, json.dumps(payload))
+    redis_client.zadd(f"{settings.edge_signals_prefix}edge-signals", {"edge-1": time.time()})
+
+    first = t0 + dt.timedelta(seconds=settings.heartbeat_timeout_s + 5)
+    heartbeat(settings, others, first)
+    sweeper.sweep(settings, Clouds(aws=aws), clock=at(first))  # both first seen silent
+    t = first + dt.timedelta(seconds=settings.silent_running_evict_s + 5)
+    heartbeat(settings, others, t)
+    result = sweeper.sweep(settings, Clouds(aws=aws), clock=at(t))
+    assert result.stale == [idle]
+    assert result.held[serving] == f"the edges report first tokens of {served}, served only by silent nodes"
+    # The edges stop reporting it (their hash expired): nothing speaks for the node any more.
+    redis_client.delete(f"{settings.edge_signals_prefix}edge-signals:edge-1")
+    t = t + dt.timedelta(seconds=5)
+    heartbeat(settings, others, t)
+    assert sweeper.sweep(settings, Clouds(aws=aws), clock=at(t)).stale == [serving]
