@@ -497,8 +497,11 @@ class NodeAgent:
             if self._report_waiting:
                 return True
         self._report_waiting = True
-        async with self._report_lock:
+        try:
+            await self._report_lock.acquire()
+        finally:  # a caller cancelled while waiting must not leave the others believing it will send
             self._report_waiting = False
+        try:
             body, sent = self._report_bodies()
             try:
                 await self.client.report_replicas(body)
@@ -511,6 +514,8 @@ class NodeAgent:
             else:
                 self._reported(sent)
             return True
+        finally:
+            self._report_lock.release()
 
     FINAL_REPORT_ATTEMPTS = 5
 

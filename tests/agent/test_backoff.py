@@ -67,3 +67,30 @@ def test_heartbeats_to_a_refused_control_plane_back_off_then_resume_at_the_inter
     assert max(failing) <= 0.16 + 0.1 and failing[3] > failing[0] * 2
     assert all(gap < 0.15 for gap in after), after  # back at the 0.02 s interval: no backoff left over
     assert agent.status()["control_plane"]["reachable"] is True
+
+
+def test_replica_reports_coalesce_and_wait_for_the_next_heartbeat_while_the_control_plane_is_down(tmp_path):
+    posted: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        posted.append(request.url.path)
+        await asyncio.sleep(0.05)  # each report in flight for a while
+        return httpx.Response(200, json={"applied": 0})
+
+    async def main() -> tuple[list[bool], list[bool]]:
+        config = AgentConfig("http://cp.invalid", "node-1", "token", dt.datetime.now(dt.UTC), "demo")
+        agent = NodeAgent(config, AgentOptions(state_dir=tmp_path))
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            agent.client = ControlPlaneClient(config.control_plane_url, http, tmp_path / "credential")
+            # Ten state changes at once: one report in flight, one waiting (it sends the latest
+            # states), the other eight ride on that one.
+            up = await asyncio.gather(*(agent._report_replicas() for _ in range(10)))
+            assert len(posted) == 2
+            agent._control_plane_failed(httpx.ConnectError("refused"))  # heartbeats are failing
+            down = await asyncio.gather(*(agent._report_replicas() for _ in range(10)))
+            assert len(posted) == 2  # nothing sent on its own: the next heartbeat carries it
+            assert await agent._report_replicas(force=True) and len(posted) == 3  # the drain's final one
+        return up, down
+
+    up, down = asyncio.run(main())
+    assert all(up) and not any(down)
