@@ -104,9 +104,9 @@ class ServerOptions:
     shed_retry_after_s: int = 1
     # How long a connection we answered with an error keeps reading (and dropping) the client's bytes.
     linger_s: float = 2.0
-    # Called with (connection, method, path, headers) once a request's head is complete, before its
-    # body is read; an answer it returns is sent at once and the connection closed.
-    early: Callable[[Connection, str, str, dict[bytes, bytes]], EarlyAnswer | None] | None = None
+    # Called with (connection, method, raw URL, headers), all bytes, once a request's head is complete,
+    # before its body is read; an answer it returns is sent at once and the connection closed.
+    early: Callable[[Connection, bytes, bytes, dict[bytes, bytes]], EarlyAnswer | None] | None = None
 
 
 class Request:
@@ -371,8 +371,7 @@ class Connection(asyncio.Protocol):
             self.deadline = self._loop.time() + opts.body_timeout_s
         if opts.early is not None and self._current is None and not self._queue:
             self._early_checked = True
-            answer = opts.early(self, self._parser.get_method().decode(),
-                                self._url.partition(b"?")[0].decode("latin-1"), headers)
+            answer = opts.early(self, self._parser.get_method(), self._url, headers)
             if answer is not None:
                 self._answer_and_close(*answer)
                 raise _Refused(0, "answered early")

@@ -16,6 +16,7 @@ from dataplane.edge.validation import CHAT, COMPLETION
 log = logging.getLogger("nimbus.edge.app")
 
 INFERENCE_ROUTES = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION}
+EARLY_ROUTES = frozenset(path.encode() for path in INFERENCE_ROUTES)
 # In-flight streams get this long to finish when the edge is told to stop.
 SHUTDOWN_GRACE_S = 30.0
 
@@ -71,12 +72,16 @@ class EdgeApp:
         self.throttle = door.AddressThrottle(s.unauth_rate_per_s, s.unauth_burst)
         self.check_credentials = door.CredentialCheck(lambda: self.service.catalog)
 
-    def early(self, conn: httpserver.Connection, method: str, path: str,
+    def early(self, conn: httpserver.Connection, method: bytes, url: bytes,
               headers: dict[bytes, bytes]) -> httpserver.EarlyAnswer | None:
         """Before an inference request's body is read: without valid credentials it is answered now."""
-        if method != "POST" or path not in INFERENCE_ROUTES:
+        auth = headers.get(b"authorization")
+        check = self.check_credentials
+        if auth in check._passed and check._catalog is self.service.catalog:  # a key that passed already
             return None
-        exc = self.check_credentials(headers.get(b"authorization"))
+        if method != b"POST" or url.partition(b"?")[0] not in EARLY_ROUTES:
+            return None
+        exc = self.check_credentials(auth)
         if exc is None:
             return None
         exc = door.authentication_error(exc, self.throttle, conn.client)

@@ -100,6 +100,10 @@ class CredentialCheck:
         self._passed: set[bytes] = set()
         self.max_entries = max_entries
 
+    def passed(self, authorization: bytes | None) -> bool:
+        """This header value passed against the snapshot in use (no look-up beyond a set's)."""
+        return authorization in self._passed and self._catalog is self._get_catalog()
+
     def __call__(self, authorization: bytes | None) -> errors.EdgeError | None:
         catalog = self._get_catalog()
         if catalog is None:

@@ -529,10 +529,10 @@ class EdgeService:
         if not ticket.closed:
             self.share_guard(ticket.replica.variant_id).released(ticket.tenant_id)
         rid = ticket.replica.id
-        breaker = self.router.breaker(rid)
-        before = breaker.state
+        breaker = self.router.breakers.get(rid)
+        before = breaker.state if breaker is not None else None
         self.router.release(ticket, ok, time.monotonic(), reported)
-        if breaker.state != before:
+        if breaker is not None and breaker.state != before:
             self.metrics.child(self.metrics.breaker_open, rid).set(1 if breaker.state == OPEN else 0)
         self.metrics.child(self.metrics.inflight, rid).set(self.router.load(rid).inflight)
         self.admission.pump(ticket.replica.variant_id)

@@ -166,7 +166,8 @@ class UpstreamResponse:
                 return
             if self._error is not None:
                 raise UpstreamError(f"upstream broke the response: {self._error!r}")
-            self._resume()  # the reader is back for more: let the engine's bytes flow again
+            if self._paused:
+                self._resume()  # the reader is back for more: let the engine's bytes flow again
             self._waiter = self._loop.create_future()
             self._last_rx = self._loop.time()
             if self._watchdog is None:
@@ -202,7 +203,8 @@ class UpstreamResponse:
         """Give the connection back if the response is complete, else abort it."""
         self._cancel_watchdog()
         self._sink = None
-        self._resume()
+        if self._paused:
+            self._resume()
         conn = self._conn
         if conn is None:
             return
