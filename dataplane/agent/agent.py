@@ -34,6 +34,7 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlparse
@@ -185,6 +186,9 @@ class NodeAgent:
         self._cp_backoff = self._new_backoff()
         self._cp_down_since: float | None = None  # monotonic time of the first failure in a row
         self._report_waiting = False  # a report is waiting for the lock: it will send the latest state
+        # One per agent process, in register/resume facts: a resume repeated by this process (its answer
+        # lost) is known to the control plane as a repeat and stops none of the engines the first started.
+        self.boot_id = uuid.uuid4().hex
         self.exit_code = EXIT_OK
 
     @property
@@ -250,7 +254,7 @@ class NodeAgent:
     def _facts(self) -> dict:
         self.gpus = detect_gpus()
         return {"agent_url": self.agent_url, "hostname": socket.gethostname(), "gpus": self.gpus,
-                "engine": self.engine, "version": VERSION}
+                "engine": self.engine, "version": VERSION, "boot_id": self.boot_id}
 
     def _new_backoff(self) -> Backoff:
         o = self.options

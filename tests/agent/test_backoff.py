@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import itertools
+import json
 import time
 
 import httpx
@@ -94,3 +95,26 @@ def test_replica_reports_coalesce_and_wait_for_the_next_heartbeat_while_the_cont
 
     up, down = asyncio.run(main())
     assert all(up) and not any(down)
+
+
+def test_a_resume_whose_answer_is_lost_is_retried_with_the_same_boot_id(tmp_path, monkeypatch):
+    bodies: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        if len(bodies) == 1:
+            raise httpx.ReadTimeout("no answer", request=request)
+        return httpx.Response(200, json={"node_id": "node-1", "node_state": "ready", "replicas": []})
+
+    async def main() -> dict | None:
+        config = AgentConfig("http://cp.invalid", "node-1", "token", dt.datetime.now(dt.UTC), "demo")
+        agent = NodeAgent(config, AgentOptions(state_dir=tmp_path, cp_retry_base_s=0.01))
+        (tmp_path / "credential").write_text("node-credential")
+        monkeypatch.setattr("dataplane.agent.agent.detect_gpus", list)
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            agent.client = ControlPlaneClient(config.control_plane_url, http, tmp_path / "credential")
+            return await agent._connect()
+
+    answer = asyncio.run(main())
+    assert answer is not None and answer["node_state"] == "ready"
+    assert len(bodies) == 2 and bodies[0]["boot_id"] and bodies[0]["boot_id"] == bodies[1]["boot_id"]
