@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import gc
 import uuid
 import zlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
@@ -172,9 +174,30 @@ def pool_need(pool: PoolRow, missing_spot: int = 0, missing_on_demand: int = 0) 
 
 
 # ---------------------------------------------------------------- the tick
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a while (left as it was found after). A tick
+    allocates several objects per row it reads (over 100k at 10k replicas), nearly all acyclic
+    and alive until it returns, so the collector's passes find nothing to free; they were about
+    40 % of a steady tick's CPU at 1,000 pools × 10 replicas. What the tick leaves behind is
+    collected by the next pass after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def fleet_tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
     if not try_fleet_lock(session):
         return TickResult(skipped=True)
+    with collector_paused():
+        return _tick(session, settings, now)
+
+
+def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
     fleet = read_fleet(session)
     result = TickResult(pools=len(fleet.pools))
     by_id = fleet.by_id

@@ -202,3 +202,31 @@ def test_a_released_node_ends_its_replicas_whatever_was_recorded_for_them(settin
         assert terminate.kind == OperationKind.terminate and terminate.node_id == db_node.id
         assert [e.action for e in s.scalars(select(AuditEvent))] == ["node.terminating"]
     assert op.kind == OperationKind.terminate
+
+
+def test_the_tick_pauses_the_cyclic_collector_and_leaves_it_as_it_found_it(settings):
+    import gc
+
+    seed(settings, 2, 2)
+    seen = []
+    real = reconcile.read_fleet
+
+    def spy(session):
+        seen.append(gc.isenabled())
+        return real(session)
+
+    reconcile.read_fleet = spy  # (monkeypatch would do; kept explicit to restore the collector too)
+    try:
+        assert gc.isenabled()
+        measure_tick(settings)
+        assert gc.isenabled() and seen == [False]
+        gc.disable()  # a caller that runs without the collector keeps it off
+        measure_tick(settings)
+        assert not gc.isenabled()
+        gc.enable()
+        with pytest.raises(RuntimeError), reconcile.collector_paused():
+            raise RuntimeError("a tick that fails")
+        assert gc.isenabled()
+    finally:
+        reconcile.read_fleet = real
+        gc.enable()
