@@ -146,6 +146,8 @@ def test_api_stopped_far_past_the_heartbeat_timeout_takes_no_capacity_away(
     outcomes = [o for _, o in load.results]
     during = [o for t, o in load.results if stopped_at <= t < resumed_at]
     failed = [o for o in outcomes if o != 200]
+    print(f"\nAPI stopped {OUTAGE_S:.0f} s: {len(outcomes)} requests, {len(during)} sent while it was stopped, "
+          f"{len(failed)} failed")
     assert len(during) >= RATE * OUTAGE_S * 0.8, f"too few requests sent while the API was stopped: {len(during)}"
     assert (len(outcomes) - len(failed)) / len(outcomes) >= 0.999, f"{len(failed)} of {len(outcomes)} failed: {failed[:10]}"
 
