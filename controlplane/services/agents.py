@@ -38,7 +38,7 @@ import uuid
 from typing import Any, Literal
 
 import msgspec
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from controlplane.db.types import utcnow
@@ -147,8 +147,11 @@ def register(session: Session, body: RegisterRequest, *,
     ):
         raise Unauthorized(_REFUSED)
     if node.bootstrap_salt is None:  # the first register: the retry window starts now
-        node.bootstrap_salt = secrets.token_hex(16)
-        node.bootstrap_expires_at = now + dt.timedelta(seconds=grace_s)
+        # Compare-and-set, not only the row lock: SQLite has no FOR UPDATE, and two first registers
+        # racing must still agree on one salt (the loser reads the winner's).
+        session.execute(update(Node).where(Node.id == node.id, Node.bootstrap_salt.is_(None)).values(
+            bootstrap_salt=secrets.token_hex(16), bootstrap_expires_at=now + dt.timedelta(seconds=grace_s)))
+        session.refresh(node, ["bootstrap_salt", "bootstrap_expires_at"])
     credential = derive_credential(body.bootstrap_token, node.id, node.bootstrap_salt)
     node.credential_sha256 = sha256_hex(credential)
     _adopt(session, node, body, now)

@@ -16,10 +16,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from controlplane.config import Settings
 from controlplane.db.engine import session_scope
+from controlplane.db.migrate import upgrade
 from controlplane.db.types import utcnow
 from controlplane.models import Node, NodeState
-from controlplane.services.secrets import sha256_hex
+from controlplane.services import agents
+from controlplane.services.errors import Unauthorized
+from controlplane.services.secrets import new_token, sha256_hex
 from dataplane.agent.process import AgentProcess
 from tests.agent.conftest import (
     FAST_AGENT_ENV,
@@ -207,3 +211,29 @@ def test_a_repeated_resume_of_the_same_agent_process_stops_nothing(cp: ControlPl
     # A new agent process (a restart): its old engines died with the old one.
     post("resume", {**FACTS, "boot_id": "boot-2"})
     assert replica_state() == "pending"
+
+
+def test_register_is_repeatable_on_sqlite_too(tmp_path):
+    """The embedded database has no row locks: the first register's salt is a compare-and-set."""
+    settings = Settings(state_dir=tmp_path)
+    upgrade(settings.resolved_database_url)  # migrations, 0006 included
+    token, digest = new_token()
+    with session_scope(settings) as s:
+        node = Node(cloud="local", region="local", zone="local-a", instance_type="sim-1gpu", gpus_total=1,
+                    launch_token=uuid.uuid4().hex, bootstrap_token_sha256=digest,
+                    bootstrap_expires_at=utcnow() + dt.timedelta(minutes=10))
+        s.add(node)
+        s.flush()
+        node_id = node.id
+    body = agents.RegisterRequest(node_id=node_id, bootstrap_token=token)
+    credentials = set()
+    for _ in range(2):
+        with session_scope(settings) as s:
+            credential, answer = agents.register(s, body)
+            credentials.add(credential)
+            assert answer["node_state"] == "booting"
+    assert len(credentials) == 1
+    with session_scope(settings) as s:
+        agents.authenticate(s, credential, spend_bootstrap=True)
+    with session_scope(settings) as s, pytest.raises(Unauthorized):
+        agents.register(s, body)
