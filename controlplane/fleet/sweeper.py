@@ -285,7 +285,7 @@ def judge_nodes(
             result.lost.append(node.id)
         elif reason := _stale(node, settings, now, _not_before(node, resumed)):
             if scope := _guarded(node, scopes, settings):
-                _hold(result, node, f"evictions paused in {scope}")
+                _hold(result, node, f"evictions paused in {scope}", "paused")
                 continue
             verdict, evidence = _cloud_verdict(node, described.get(node.id), settings, now, _silence_seen(node, now))
             if verdict == "lost":
@@ -295,7 +295,7 @@ def judge_nodes(
                 silent.append((node, reason, evidence))
                 continue
             else:
-                _hold(result, node, evidence)
+                _hold(result, node, evidence, "no_verdict")
                 continue
         else:
             continue
@@ -306,11 +306,11 @@ def judge_nodes(
     budget = _eviction_budget(session, settings, now)
     for i, (node, reason, evidence) in enumerate(silent):
         if i >= budget:
-            _hold(result, node, "eviction rate limit")
+            _hold(result, node, "eviction rate limit", "rate_limit")
             continue
         error = f"stale: {reason}; {evidence}"
         result.stale.append(node.id)
-        EVICTIONS.labels(evidence.split(":", 1)[0]).inc()
+        EVICTIONS.labels(_evidence_kind(evidence)).inc()
         session.add(AuditEvent(at=now, actor=ACTOR, action=NODE_EVICTED, target_type="nodes", target_id=str(node.id),
                                before={"state": node.state.value},
                                after={"reason": reason, "evidence": evidence, "scope": region_scope(node),
@@ -348,15 +348,24 @@ def _not_served_per_edges(session: Session, settings: Settings, candidates: list
         only_silent = sorted(m for m in served if node.id in hosts.get(m, ()) and not hosts[m] & reporting)
         if candidate in running and only_silent:
             _hold(result, node, f"the edges report first tokens of {', '.join(only_silent)}, served only by "
-                                "silent nodes")
+                                "silent nodes", "edges_serving")
             continue
         kept.append(candidate)
     return kept
 
 
-def _hold(result: SweepResult, node: Node, why: str) -> None:
+def _evidence_kind(evidence: str) -> str:
+    """A bounded label for the metrics."""
+    for prefix, kind in (("seen silent", "running_vm_silent"), ("cloud:", "cloud_stopping"),
+                         ("never reported", "never_reported")):
+        if evidence.startswith(prefix):
+            return kind
+    return "other"
+
+
+def _hold(result: SweepResult, node: Node, why: str, kind: str) -> None:
     result.held[node.id] = why
-    EVICTIONS_HELD.labels(why.split(" in ", 1)[0].split(":", 1)[0]).inc()
+    EVICTIONS_HELD.labels(kind).inc()
     log.info("silent node %s kept: %s", node.id, why)
 
 
