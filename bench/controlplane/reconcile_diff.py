@@ -318,9 +318,10 @@ def main() -> None:
     differ = 0
     activity = {"placed": 0, "launched": 0, "stopped": 0, "terminated": 0, "moves": 0, "errors": 0}
     for before, after in zip(out["before"], out["after"], strict=True):
-        for i, t in enumerate(after["ticks"]):
-            if "error" in t:
-                print(f"case {after['case']} tick {i + 1} raised (after tree): {t['error']}: {t['message']}")
+        for name, run in (("before", before), ("after", after)):
+            for i, t in enumerate(run["ticks"]):
+                if "error" in t:
+                    print(f"case {run['case']} tick {i + 1} raised ({name} tree): {t['error']}: {t['message']}")
         for t in (*before["ticks"], *after["ticks"]):
             t.pop("message", None)  # the statement in it may differ; the error's type must not
         for t in after["ticks"]:
