@@ -82,9 +82,10 @@ class OperatorConsoleController(Controller):
     @get("/pools/{pool_id:uuid}")
     async def pool_page(self, db: AsyncSession, live: sessions.Live, pool_id: uuid.UUID) -> Response:
         row, decisions, ops = await views.pool_detail(db, pool_id)
-        node_briefs = await fleet_views.node_briefs(db, {r.node_id for r in row.replicas})
+        node_ids = {r.node_id for r in row.replicas}
+        node_briefs = await fleet_views.node_briefs(db, node_ids)
         return page("operator/pool.html", live, nav="pools", operator=True, row=row, decisions=decisions,
-                    operations=ops, node_briefs=node_briefs)
+                    operations=ops, node_briefs=node_briefs, restarts=await views.replica_restarts(db, node_ids))
 
     @get("/fleet")
     async def fleet_page(self, db: AsyncSession, live: sessions.Live, settings: Settings) -> Response:
@@ -102,7 +103,8 @@ class OperatorConsoleController(Controller):
     @get("/nodes/{node_id:uuid}")
     async def node_page(self, db: AsyncSession, live: sessions.Live, node_id: uuid.UUID) -> Response:
         node = await fleet_views.load_node_page(db, node_id)
-        return page("operator/node.html", live, nav="nodes", operator=True, node=node, operations=node.operations)
+        return page("operator/node.html", live, nav="nodes", operator=True, node=node, operations=node.operations,
+                    restarts=await views.replica_restarts(db, [node_id]))
 
     @get("/operations")
     async def operations_page(self, db: AsyncSession, live: sessions.Live) -> Response:

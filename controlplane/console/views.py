@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -14,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.console import metrics
 from controlplane.db.types import utcnow
-from controlplane.models import Model, ModelVariant, Pool, Replica
+from controlplane.models import Model, ModelVariant, Node, Pool, Replica
 from controlplane.schemas.fleet import DecisionOut, NodeOut, OperationOut, PoolOut, ReplicaOut
 from controlplane.schemas.usage import TenantModelOut, UsageNumbers
 from controlplane.services import catalog_views, fleet, pools, tenants, usage
@@ -118,6 +119,74 @@ async def recent_decisions(db: AsyncSession, pool_ids: list[uuid.UUID], per_pool
         rows, _ = await fleet.list_decisions(db, pool_id=pid, limit=per_pool, offset=0)
         out.extend(fleet.decision_out(d) for d in rows)
     return sorted(out, key=lambda d: d.created_at, reverse=True)
+
+
+@dataclass(frozen=True)
+class RestartNote:
+    """A replica's last engine restart, as its agent reported it (the reason is agent text: the
+    control plane stored it cleaned, the templates escape it)."""
+
+    at: dt.datetime | None
+    reason: str | None
+    exit_code: int | None
+    restarts: int
+
+    @property
+    def text(self) -> str:
+        when = ""
+        if self.at is not None:
+            when = " " + self.at.strftime("%H:%M" if self.at.date() == utcnow().date() else "%Y-%m-%d %H:%M")
+        why = self.reason or (f"exit code {self.exit_code}" if self.exit_code is not None else "no reason reported")
+        return f"restarted{when}: {why}"
+
+
+def _parse_at(value: object) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        at = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at.astimezone(dt.UTC) if at.tzinfo else at.replace(tzinfo=dt.UTC)
+
+
+def _note(entry: Mapping) -> RestartNote:
+    reason = entry.get("reason")
+    code = entry.get("exit_code")
+    restarts = entry.get("restarts")
+    return RestartNote(at=_parse_at(entry.get("at")), reason=reason if isinstance(reason, str) and reason else None,
+                       exit_code=code if isinstance(code, int) else None,
+                       restarts=restarts if isinstance(restarts, int) else 0)
+
+
+def restart_notes(node_metrics: Iterable[Mapping | None]) -> dict[str, RestartNote]:
+    """Replica id -> its last restart, from nodes' stored health (``health.replica_restarts``, and
+    for rows written before it, ``health.last_restart`` / the agent's ``agent.last_restart``)."""
+    out: dict[str, RestartNote] = {}
+    for m in node_metrics:
+        if not isinstance(m, Mapping):
+            continue
+        health = m.get("health") if isinstance(m.get("health"), Mapping) else {}
+        agent = m.get("agent") if isinstance(m.get("agent"), Mapping) else {}
+        for last in (agent.get("last_restart"), health.get("last_restart")):  # the per-replica map wins
+            rid = last.get("replica_id") if isinstance(last, Mapping) else None
+            if isinstance(rid, str):
+                note = _note(last)
+                if rid not in out or (note.reason and not out[rid].reason):
+                    out[rid] = note
+        per_replica = health.get("replica_restarts")
+        if isinstance(per_replica, Mapping):
+            for rid, entry in per_replica.items():
+                if isinstance(entry, Mapping):
+                    out[str(rid)] = _note(entry)
+    return out
+
+
+async def replica_restarts(db: AsyncSession, node_ids: Iterable[uuid.UUID]) -> dict[str, RestartNote]:
+    ids = set(node_ids)
+    if not ids:
+        return {}
+    return restart_notes((await db.scalars(select(Node.metrics).where(Node.id.in_(ids)))).all())
 
 
 async def nodes(db: AsyncSession, limit: int = 500) -> list[NodeOut]:

@@ -33,6 +33,7 @@ import base64
 import datetime as dt
 import hashlib
 import hmac
+import re
 import secrets
 import uuid
 from typing import Any, Literal
@@ -94,6 +95,9 @@ class ReplicaReport(msgspec.Struct, forbid_unknown_fields=False):
     restarts: int = 0
     last_exit_code: int | None = None
     last_restart_at: dt.datetime | None = None
+    # Why the agent last restarted the engine: "killed by SIGKILL", "unresponsive: /health_generate
+    # failed 3 times in a row …". Agent text: stored cleaned (restart_reason), shown escaped.
+    last_restart_reason: str | None = None
     started_at: dt.datetime | None = None
     ready_at: dt.datetime | None = None
     model_ready_seconds: float | None = None
@@ -329,13 +333,49 @@ def _follow_replicas(session: Session, node: Node, reports: list[ReplicaReport])
     }
     if restarted:
         last = max(restarted, key=lambda r: r.last_restart_at)
-        health["last_restart"] = {"replica_id": str(last.id), "slot": last.slot, "at": last.last_restart_at.isoformat(),
-                                  "exit_code": last.last_exit_code}
+        health["last_restart"] = {"replica_id": str(last.id), **_restart_of(last)}
+        # Per replica, so the console can say which engine restarted and why (bounded: one node's reports).
+        health["replica_restarts"] = {str(r.id): _restart_of(r) for r in restarted[:MAX_METRICS_KEYS]}
     node.metrics = {**(node.metrics or {}), "health": health}
     if reports and all(r.state == "failed" for r in reports) and node.state in (
         NodeState.booting, NodeState.ready, NodeState.provisioning
     ):
         transition(session, node, NodeState.failed, reason="every engine failed", error="every engine failed")
+
+
+_SECRETISH = (
+    re.compile(r"(?i)\b(bearer)(\s+)\S+"),
+    re.compile(r"(?i)\b(token|api[_-]?key|credential|password|secret)(\s*[=:]\s*)\S+"),
+    re.compile(r"\bnmb_[A-Za-z0-9_-]{8,}"),  # an API key, in case an engine's error echoes one
+    re.compile(r"(?<=://)[^/@\s]+(?=@)"),  # userinfo in a URL
+)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+MAX_REASON_CHARS = 300
+
+
+def restart_reason(text: object) -> str | None:
+    """An agent's restart reason as stored: one line, at most MAX_REASON_CHARS, anything that reads
+    like a credential replaced. It is shown to operators (escaped by the templates)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    clean = _CONTROL.sub(" ", text).strip()
+    for pattern in _SECRETISH:
+        clean = pattern.sub(lambda m: (m.group(1) + m.group(2) + "[redacted]") if m.lastindex else "[redacted]", clean)
+    return clean if len(clean) <= MAX_REASON_CHARS else clean[: MAX_REASON_CHARS - 1] + "…"
+
+
+def _restart_of(r: ReplicaReport) -> dict:
+    return {"slot": r.slot, "at": r.last_restart_at.isoformat() if r.last_restart_at else None,
+            "exit_code": r.last_exit_code, "reason": restart_reason(r.last_restart_reason), "restarts": r.restarts}
+
+
+def _agent_metrics(node_metrics: dict[str, Any]) -> dict[str, Any]:
+    """The heartbeat's node metrics as stored; the agent's ``last_restart`` reason is cleaned."""
+    out = dict(node_metrics)
+    last = out.get("last_restart")
+    if isinstance(last, dict) and "reason" in last:
+        out["last_restart"] = {**last, "reason": restart_reason(last.get("reason"))}
+    return out
 
 
 def heartbeat(session: Session, node: Node, body: HeartbeatRequest) -> dict:
@@ -345,7 +385,7 @@ def heartbeat(session: Session, node: Node, body: HeartbeatRequest) -> dict:
     if body.agent_url:
         node.agent_url = body.agent_url
     node.metrics = {**(node.metrics or {}), "agent": {**(node.metrics or {}).get("agent", {}),
-                                                      **{k: v for k, v in body.node_metrics.items()}}}
+                                                      **_agent_metrics(body.node_metrics)}}
     if body.draining and node.state in (NodeState.booting, NodeState.ready):
         deadline_s = body.drain_deadline_s if body.drain_deadline_s is not None else DEFAULT_DRAIN_S
         node.drain_deadline_at = now + dt.timedelta(seconds=deadline_s)
