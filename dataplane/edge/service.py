@@ -123,6 +123,7 @@ class RequestState:
     chunks: int = 0
     replica: Replica | None = None
     error_code: str | None = None
+    metered: bool = False  # its usage event is in the spool (written before the response's last bytes)
 
 
 def _headers(pairs: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -250,7 +251,7 @@ class EdgeService:
                                            retry_on_timeout=False, health_check_interval=0)
             self.limiter.redis = RedisStore(self.redis, s.redis_key_prefix)
         self.usage = UsageRecorder(self.redis, s.usage_stream, s.state_dir / "usage-spool.jsonl",
-                                   retry_s=s.redis_retry_s)
+                                   retry_s=s.redis_retry_s, fsync_s=s.usage_fsync_s)
         await self.usage.start()
         if self.redis is not None:
             self.signal_publisher = SignalPublisher(
@@ -322,6 +323,7 @@ class EdgeService:
             st.http_status = exc.status
             st.error_code = exc.code
             if not st.response_started:
+                self._meter(st)
                 hdrs = {**st.rate_headers, **exc.headers, "x-request-id": st.request_id}
                 await send_json(send, exc.status, exc.body(), hdrs)
         except asyncio.CancelledError:
@@ -355,6 +357,7 @@ class EdgeService:
                 self.metrics.child(self.metrics.cache_hits, req.model).inc()
                 st.status, st.http_status = "ok", 200
                 st.response_started = True
+                self._meter(st)
                 await send_json(send, 200, hit, {"x-request-id": st.request_id, "x-nimbus-cache": "hit"})
                 return
 
@@ -590,6 +593,7 @@ class EdgeService:
             st.status, st.http_status, st.response_started = "ok", 200, True
             if ckey is not None:
                 self.response_cache.put(ckey, data, time.monotonic())
+            self._meter(st)
             await send_json(send, 200, data, {**st.rate_headers, "x-request-id": st.request_id})
             return DONE_OK
         finally:
@@ -634,6 +638,8 @@ class EdgeService:
                     # a backed-up client or the stream's end brings such a chunk here.
                     count_tokens(chunk)
                     saw_done = _ends_stream(chunk)
+                    if saw_done:
+                        self._meter_stream_end(st, upstream_error)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     if saw_done:
                         break
@@ -675,6 +681,8 @@ class EdgeService:
                 else:
                     itl_hist.observe(now - last)
                 last = now
+                if saw_done:
+                    self._meter_stream_end(st, upstream_error)
                 await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
                 out.clear()
                 if saw_done:
@@ -708,21 +716,49 @@ class EdgeService:
         tail = b"" if upstream_error else error_event("The model replica failed while streaming; please retry.")
         if not saw_done:
             tail += DONE
+        self._meter(st)
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return DONE_ERROR
 
     # ------------------------------------------------------------------ accounting
 
-    def _finish(self, st: RequestState) -> None:
-        """Runs exactly once per request, whatever happened: frees capacity, settles limits, meters."""
-        now = time.monotonic()
-        if st.ticket is not None and not st.ticket.closed:
-            self._release(st, st.ticket, None)
+    def _counts(self, st: RequestState) -> tuple[int, int, int]:
         prompt, completion, cached = token_counts(st.usage)
         req = st.req
         if req is not None and st.usage is None and st.ticket is not None:
             # No usage from the engine (aborted or broken): meter what we know went through.
             prompt, completion = req.prompt_tokens_est, st.chunks
+        return prompt, completion, cached
+
+    def _meter_stream_end(self, st: RequestState, upstream_error: bool) -> None:
+        """The chunk carrying ``[DONE]`` is about to go out: the request is answered."""
+        st.status, st.http_status = ("error" if upstream_error else "ok"), 200
+        self._meter(st)
+
+    def _meter(self, st: RequestState) -> None:
+        """The request's usage event, once, into the spool: called before the response's final bytes
+        are sent, so an edge killed after answering has the event on disk (``usage.py``)."""
+        if st.metered or st.tenant is None or self.usage is None:
+            return  # unauthenticated: nobody to bill
+        st.metered = True
+        prompt, completion, cached = self._counts(st)
+        self.usage.record(make_event(
+            request_id=st.request_id, tenant_id=st.tenant.id, key_id=st.key.id if st.key else None,
+            variant_id=st.variant.id if st.variant else None, model=st.model,
+            region=st.replica.region if st.replica else None, replica_id=st.replica.id if st.replica else None,
+            prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
+            queue_ms=st.queue_ms, ttft_ms=st.ttft_ms, duration_ms=(time.monotonic() - st.t0) * 1000,
+            status=st.status, http_status=st.http_status, ts=st.ts,
+        ))
+
+    def _finish(self, st: RequestState) -> None:
+        """Runs exactly once per request, whatever happened: frees capacity, settles limits, meters
+        (unless metered before its last bytes went out)."""
+        now = time.monotonic()
+        if st.ticket is not None and not st.ticket.closed:
+            self._release(st, st.ticket, None)
+        prompt, completion, cached = self._counts(st)
+        req = st.req
         if st.usage is not None and req is not None:
             self.estimator.observe(len(req.prompt_text), prompt)
             self.index.calibrate(self.estimator.chars_per_token)
@@ -741,13 +777,4 @@ class EdgeService:
             self.metrics.child(self.metrics.completion_tokens, model, rid).inc(completion)
         if st.tenant is not None and st.variant is not None and completion:
             self.admission.queue(st.variant.id).charge_output(st.tenant.id, st.tenant.weight, completion)
-        if st.tenant is None or self.usage is None:
-            return  # unauthenticated: nobody to bill
-        self.usage.record(make_event(
-            request_id=st.request_id, tenant_id=st.tenant.id, key_id=st.key.id if st.key else None,
-            variant_id=st.variant.id if st.variant else None, model=st.model,
-            region=st.replica.region if st.replica else None, replica_id=st.replica.id if st.replica else None,
-            prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
-            queue_ms=st.queue_ms, ttft_ms=st.ttft_ms, duration_ms=duration * 1000, status=st.status,
-            http_status=st.http_status, ts=st.ts,
-        ))
+        self._meter(st)

@@ -22,6 +22,10 @@ class EdgeSettings:
     redis_key_prefix: str = "nimbus:"
     usage_stream: str = "nimbus:usage"
     redis_retry_s: float = 1.0  # after a Redis failure, go local for this long before trying again
+    # Usage spool ({state_dir}/usage-spool.jsonl, see usage.py): every event is written there before the
+    # response's last bytes (survives a process kill); fsynced at most this often (a machine crash loses
+    # at most this much); <= 0: never fsynced.
+    usage_fsync_s: float = 0.2
     # Limits when Redis is unreachable: "closed" enforces per-instance local limits (the tenant's limits
     # times local_limit_share), "open" admits everything. Neither ever fails a request with a 5xx.
     limits_fail_mode: str = "closed"

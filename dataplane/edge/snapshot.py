@@ -62,10 +62,12 @@ error, all fields strings: ``request_id`` (unique per request, the edge's id; co
 it), ``tenant_id``, ``key_id``, ``variant_id``, ``model``, ``region``, ``replica_id``,
 ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, ``queue_ms``, ``ttft_ms``,
 ``duration_ms``, ``status`` (``ok|error|client_abort|rejected``), ``http_status``, ``ts`` (unix
-seconds, float, request start). Unknown values are empty strings. When Redis is down the events
-are appended to ``{state_dir}/usage-spool.jsonl`` and replayed, in order, when it returns; an event
-is removed from the spool only after its ``XADD`` succeeded, so a crash can repeat but never lose
-one (hence the dedupe on ``request_id``).
+seconds, float, request start). Unknown values are empty strings. Every event is first appended
+to ``{state_dir}/usage-spool.jsonl`` (one ``write()`` before the response's last bytes are sent;
+fsynced every ``usage_fsync_s``), then ``XADD``ed; the spool is truncated (or its rotated files
+deleted) only after their ``XADD``s succeeded, replayed in order while Redis is down and at every
+start, so a crash of the edge process can repeat but never lose one (hence the dedupe on
+``request_id``); a machine crash can lose the last ``usage_fsync_s`` (``usage.py``).
 """
 
 from __future__ import annotations
