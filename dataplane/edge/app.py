@@ -7,9 +7,10 @@ import asyncio
 import logging
 import signal
 from typing import Any
+from urllib.parse import unquote
 
 from dataplane import httpserver
-from dataplane.edge import door, errors
+from dataplane.edge import door, errors, readiness
 from dataplane.edge.service import EdgeService, send_json
 from dataplane.edge.validation import CHAT, COMPLETION
 
@@ -112,6 +113,14 @@ class EdgeApp:
                 await send_json(send, 200, self.service.list_models(auth.decode("latin-1") if auth else None))
             elif path == "/health":
                 await send_json(send, 200, b'{"status":"ok"}')
+            elif path.startswith("/health/") and method == "GET":
+                if path == "/health/ready":
+                    status, body = readiness.region_health(self.service)
+                elif path.startswith("/health/models/") and len(path) > len("/health/models/"):
+                    status, body = readiness.model_health(self.service, unquote(path[len("/health/models/"):]))
+                else:
+                    raise errors.EdgeError(404, f"No route for {method} {path}.", code="not_found")
+                await send_json(send, status, body, {"cache-control": "no-store"})
             elif path == "/ready":
                 ready = self.service.catalog is not None
                 await send_json(send, 200 if ready else 503, b'{"ready":%s}' % (b"true" if ready else b"false"))

@@ -63,6 +63,10 @@ class EdgeSettings:
     health_timeout_s: float = 5.0
     health_failures_to_down: int = 2
     region_fail_fraction: float = 0.5
+    # /health/ready and /health/models/{model} (readiness.py) fail once the control plane's snapshot is
+    # older than this (the edge still serves from it); 0: never. Generous on purpose: the edges of every
+    # region share one control plane, and its outage must not pull them all out of DNS at once.
+    health_snapshot_max_age_s: float = 300.0
     # Validation
     max_body_bytes: int = 4 * 1024 * 1024
     max_json_depth: int = 64  # deeper JSON bodies get a 400 (a JSON schema in `tools` is rarely past 10)
