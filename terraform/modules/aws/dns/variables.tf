@@ -33,8 +33,8 @@ variable "endpoints" {
 
 variable "health_check_path" {
   type        = string
-  description = "Path probed on each edge; a region that fails it leaves the latency rotation."
-  default     = "/healthz"
+  description = "Path probed on each edge; a region that fails it leaves the latency rotation. The edge's /health/ready fails when any model it should serve has no healthy replica or its snapshot is stale."
+  default     = "/health/ready"
 }
 
 variable "tags" {

@@ -137,9 +137,13 @@ module "control_plane" {
 module "dns" {
   source = "../dns"
 
-  zone_id           = data.aws_route53_zone.public.zone_id
-  record_name       = local.api_domain_name
-  health_check_path = "/health"
+  zone_id     = data.aws_route53_zone.public.zone_id
+  record_name = local.api_domain_name
+  # The edge's region readiness (dataplane/edge/readiness.py): 503 when any model this region serves
+  # has no healthy replica or the snapshot is stale, so DNS steers away at the model level. The
+  # load balancer's target check stays on /health (liveness): tasks must not be replaced for a
+  # model outage.
+  health_check_path = "/health/ready"
   endpoints = merge(
     {
       for r in local.regions : r.region => {

@@ -39,10 +39,14 @@ module "service" {
     },
     var.redis_ca_pem == null ? {} : { NIMBUS_REDIS_CA_PEM = var.redis_ca_pem },
   )
-  secrets             = var.secrets
-  network             = var.network
-  scaling             = var.scaling
-  request_timeout     = "3600s"
+  secrets         = var.secrets
+  network         = var.network
+  scaling         = var.scaling
+  request_timeout = "3600s"
+  # Cloud Run's startup and liveness probes: /health (the process answers), never the model-level
+  # /health/ready, which would restart healthy edges during a model outage. Model-level steering of
+  # this edge is Route 53's /health/ready check (modules/aws/platform, external_endpoints): the global
+  # load balancer's serverless NEGs take no health check.
   health_check_path   = "/health"
   deletion_protection = var.deletion_protection
   labels              = var.labels

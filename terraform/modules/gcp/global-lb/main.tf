@@ -62,7 +62,9 @@ resource "google_compute_security_policy" "this" {
   }
 }
 
-# One backend over every edge: the load balancer picks the closest healthy region.
+# One backend over every edge: the load balancer picks the closest healthy region. Serverless NEGs
+# (Cloud Run) take no health check here; the edges' model-level readiness (/health/ready) is probed
+# by the Route 53 health checks of the latency records (modules/aws/dns).
 resource "google_compute_backend_service" "all_edges" {
   project               = var.project_id
   name                  = "${var.name}-edges"
