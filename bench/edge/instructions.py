@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parents[2]
 BODY = json.dumps({"model": "demo", "messages": [{"role": "user", "content": "ping"}], "max_tokens": 1})
 
 
-def count(tree: Path, requests: int) -> tuple[float, float]:
+def count(tree: Path, requests: int, redis_url: str = "none") -> tuple[float, float]:
     """(instructions per request, seconds the measured requests took under callgrind)."""
     with SimProcess(served_model_name="demo", extra_args=["--jitter", "0", "--time-scale", "10000"],
                     ready_delay=0.0) as sim, tempfile.TemporaryDirectory(prefix="edge-callgrind-") as tmp:
@@ -48,7 +48,7 @@ def count(tree: Path, requests: int) -> tuple[float, float]:
         proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--instr-atstart=no", sys.executable,
              "-m", "dataplane.edge", "--port", str(port), "--state-dir", tmp, "--config", str(Path(tmp, "edge.json")),
-             "--redis-url", "none"], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
+             "--redis-url", redis_url, "--set", f"usage_stream=bench:instructions:{os.getpid()}"], cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 600
@@ -94,8 +94,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tree", type=Path, default=HERE, help="root of the checkout whose edge to measure")
     ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--redis-url", default="none",
+                    help="Redis for limits and usage (a private one: the stream is bench:instructions:<pid>)")
     args = ap.parse_args()
-    per_request, took = count(args.tree.resolve(), args.requests)
+    per_request, took = count(args.tree.resolve(), args.requests, args.redis_url)
     print(f"{args.tree}: {per_request:,.0f} instructions per request ({args.requests} requests, "
           f"{took:.1f} s under callgrind)")
 

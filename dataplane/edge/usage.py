@@ -15,7 +15,7 @@ flushes drops); ``fsync_s <= 0`` turns the group commit off (process crashes sta
 
 Drain: one background task sends the queued events with pipelined ``XADD``s (a round trip per
 batch, after a 5 ms linger), and once Redis has answered for every event in the file it is
-truncated. Under steady load the file rotates instead: past ``rotate_bytes`` it is renamed to
+truncated (one ``ftruncate`` per batch at most). Under steady load the file rotates instead: past ``rotate_bytes`` it is renamed to
 ``usage-spool.jsonl.<n>`` and a new one begun; a rotated file is deleted once every event in it is
 written. If Redis fails, the in-memory queue is dropped (everything is in the files) and the drainer
 replays the files in order, from the first event Redis has not acknowledged, until it catches up
