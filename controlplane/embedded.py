@@ -285,13 +285,25 @@ class Platform:
         self.services |= started_here
         env = self.env()
         self.console.print("  starting the API, a Celery worker and beat, and the edge…")
-        for service in started_here.values():
+        for name, service in started_here.items():
+            # With the demo, beat (the only thing that schedules fleet ticks) starts once the demo
+            # pools are sized: each pool's PATCH sets its size at once, and a tick between the two
+            # would place the first pool's replicas alone (two half-used nodes instead of one).
+            if name == "beat" and self.demo:
+                continue
             service.start(env, self.log_dir)
         self._record_pids()
         self.wait_for(lambda: self.services["api"].healthy(), 60, "the API")
         self.step(f"API and console on {self.api_url}")
         self.wait_for(lambda: self.services["edge"].healthy(), 60, "the edge")
         self.step(f"edge on {self.edge_url}")
+
+    def start_beat(self) -> None:
+        """Start the scheduler held back by ``start`` for the demo (a no-op when it runs)."""
+        beat = self.services["beat"]
+        if beat.proc is None:
+            beat.start(self.env(), self.log_dir)
+            self._record_pids()
 
     # A runner killed with SIGKILL cannot clean up; the next one does, from this file.
     def _record_pids(self) -> None:
@@ -368,8 +380,8 @@ class Platform:
                     api.post("/models", json={"name": name, "display_name": display, "default_tier": "bf16",
                                               "variants": variants}))
                 variant = next(v for v in model["variants"] if v["tier"] == "bf16")
-                # Created empty and sized together below: the fleet tick then places both pools'
-                # replicas at once (one shared node) instead of the first pool's alone.
+                # Created empty and sized together below, before beat starts (``start_beat``): the
+                # first fleet tick then places both pools' replicas at once (one shared node).
                 pool = next((p for p in pools if p["name"] == pool_name), None) or check(
                     api.post("/pools", json={"name": pool_name, "variant_id": variant["id"],
                                              "placement": [{"cloud": "local", "region": "local"}],
@@ -484,15 +496,31 @@ Logs: {self.log_dir}  ·  Ctrl-C stops everything.
     # -- shutdown ----------------------------------------------------------------------
     def stop(self) -> None:
         """Pipeline first (no new launches), then the nodes, then the edge, the API and Redis."""
+        from sqlalchemy.exc import DBAPIError
+
         for name in ("beat", "worker"):
             if name in self.services:
                 self.services[name].stop()
-        stopped = retire_fleet(self.settings(), self.state_dir / "local-cloud")
-        for name in ("edge", "api", "redis"):
-            if name in self.services:
-                self.services[name].stop()
-        (self.state_dir / "embedded-pids.json").unlink(missing_ok=True)
-        self.console.print(f"stopped {len(self.services)} services and {stopped} node(s)")
+        stopped = None
+        try:
+            # The local VMs stop first, then their rows. A connection the database dropped (a
+            # Postgres restart during the run) fails once and is thrown out of the pool, so one
+            # retry gets a fresh one; if the database stays away, the next start fixes the rows.
+            for attempt in (1, 2):
+                try:
+                    stopped = retire_fleet(self.settings(), self.state_dir / "local-cloud")
+                    break
+                except DBAPIError as exc:
+                    if attempt == 2:
+                        self.console.print(f"[yellow]![/yellow] could not mark the nodes stopped ({type(exc).__name__});"
+                                           " the next start does it")
+        finally:
+            for name in ("edge", "api", "redis"):
+                if name in self.services:
+                    self.services[name].stop()
+            (self.state_dir / "embedded-pids.json").unlink(missing_ok=True)
+        self.console.print(f"stopped {len(self.services)} services and "
+                           f"{'?' if stopped is None else stopped} node(s)")
 
     def supervise(self, stop: threading.Event, poll_s: float = 0.2) -> str | None:
         """Until ``stop`` is set (a signal; returns None): a service that exits is logged and started
@@ -643,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
         demo = None
         if platform.demo:
             demo = platform.seed_demo()
+            platform.start_beat()
             for pool_id in demo["pool_ids"].split(","):
                 platform.wait_replicas(pool_id, DEMO_REPLICAS)
             platform.show_gpu_map()

@@ -92,6 +92,9 @@ def test_an_unreachable_control_plane_takes_nothing_away_and_gets_no_stampede_wh
     restarted = agent.wait(lambda s: s["replicas"][0]["state"] == "ready" and s["replicas"][0]["restarts"] == 1
                            and s["replicas"][0]["pid"] not in (None, engine["pid"]), timeout=20, what="engine back")
     assert generate(restarted["replicas"][0]["url"]) == 200  # it serves, whatever the control plane does
+    # The restart can be quicker than the next try (a backoff of up to the cap): wait for one.
+    cp.wait(lambda: proxy.requests(since=failing_since, outcome="hung"), timeout=RETRY_CAP_S + 5,
+            what="a heartbeat held by the hung control plane")
     hung = proxy.requests(since=failing_since, outcome="hung")
     assert hung and all(s.path.endswith("/heartbeat") for s in hung)  # no report sent on its own meanwhile
 
