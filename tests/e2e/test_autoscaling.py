@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import httpx
 import openai
 import pytest
 
@@ -86,6 +87,10 @@ def two_slot_warm_pool(platform: Running, name: str) -> tuple[str, dict, dict]:
             "min_replicas": 1, "max_replicas": 2, "placement": [{"cloud": "local", "region": "local"}]}))
         wait(lambda: pool_view(platform, pool["id"])["replicas_by_state"].get("ready", 0) == 1, 60, "one ready replica")
         (replica,) = ok(api.get("/replicas", params={"pool_id": pool["id"], "state": "ready"}))["items"]
+    # The edge learns of the replica from its next snapshot poll; a burst sent before then is held
+    # as if the pool were starting, not queued behind the replica's batch slots.
+    wait(lambda: httpx.get(f"{platform.edge_url}/health/models/{name}", timeout=5).status_code == 200, 30,
+         "the edge serving the model")
     return key, pool, replica
 
 
@@ -94,7 +99,6 @@ def test_rising_load_scales_a_warm_pool_up_without_losing_requests(platform: Run
     autoscaler's panic window add a replica while every in-flight request still completes."""
     import threading
 
-    import httpx
 
     key, pool, replica = two_slot_warm_pool(platform, "burst-llama")
     # A noisy-neighbour GPU: every engine step 30× slower, so requests pile up behind two slots.

@@ -62,8 +62,8 @@ def test_edge_backlog_grows_the_pool_in_one_decision(platform) -> None:
         return None if n is None else ups[:n + 1]
 
     *earlier, up = wait(sized_for_backlog, 60, "a scale-up to the ceiling")
-    assert (up["signals"].get("edge_queue") or 0) > 0, up["signals"]
-    assert any("edge queue" in r for r in up["reasons"]), up["reasons"]
+    assert (up["signals"].get("edge_queue") or 0) > 0, (up, earlier)
+    assert any("edge queue" in r for r in up["reasons"]), (up, earlier)
     assert len(earlier) <= 2, earlier
     wait(lambda: pool_view(platform, pool["id"])["replicas_by_state"].get("ready", 0) == MAX_REPLICAS, 90,
          "every replica the decision asked for ready")
