@@ -99,7 +99,6 @@ def test_rising_load_scales_a_warm_pool_up_without_losing_requests(platform: Run
     autoscaler's panic window add a replica while every in-flight request still completes."""
     import threading
 
-
     key, pool, replica = two_slot_warm_pool(platform, "burst-llama")
     # A noisy-neighbour GPU: every engine step 30× slower, so requests pile up behind two slots.
     assert httpx.post(replica["url"] + "/_sim/faults", json={"slowdown": 30}, timeout=5).status_code == 200
