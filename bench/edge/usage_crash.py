@@ -17,16 +17,13 @@ import argparse
 import http.client
 import json
 import random
-import shutil
-import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import redis as redis_sync
-
+from bench.edge.private_redis import PrivateRedis
 from dataplane.edge.process import EdgeProcess
 from dataplane.sim.process import free_port, sim_fleet
 
@@ -34,41 +31,11 @@ KEY = "nmb_crash001_not-a-secret-usage-crash"
 STREAM = "nimbus:usage"
 
 
-class OwnRedis:
-    """A redis-server of this run's own, on a spare port (never the shared one)."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if redis_sync.Redis(port=self.port).ping():
-                    return
-            except redis_sync.ConnectionError:
-                time.sleep(0.05)
-        raise TimeoutError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+class OwnRedis(PrivateRedis):
+    """The run's own Redis, which the edge's usage stream goes to."""
 
     def ids(self) -> list[str]:
-        r = redis_sync.Redis(port=self.port)
-        return [f[b"request_id"].decode() for _, f in r.xrange(STREAM)]
+        return [f[b"request_id"].decode() for _, f in self.client().xrange(STREAM)]
 
 
 def edge_config(sim_urls: list[str]) -> dict[str, Any]:

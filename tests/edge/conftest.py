@@ -5,11 +5,8 @@ serves a snapshot JSON; the real control plane is built elsewhere)."""
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +16,7 @@ from typing import Any
 import pytest
 import redis as redis_sync
 
+from bench.edge.private_redis import PrivateRedis
 from dataplane.edge.process import EdgeProcess
 from dataplane.edge.standalone import key_sha256
 from dataplane.sim.process import free_port, sim_fleet
@@ -74,42 +72,6 @@ def edge_factory(tmp_path: Path):
     yield start
     for edge in started:
         edge.close()
-
-
-class PrivateRedis:
-    """A redis-server of our own on a free port, so a test can stop it without touching the shared one."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> PrivateRedis:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [shutil.which("redis-server") or "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if redis_sync.Redis(port=self.port).ping():
-                    return self
-            except redis_sync.ConnectionError:
-                time.sleep(0.05)
-        raise TimeoutError("private redis did not start")
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def client(self) -> redis_sync.Redis:
-        return redis_sync.Redis(port=self.port)
 
 
 @pytest.fixture
