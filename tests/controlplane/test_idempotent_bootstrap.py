@@ -11,7 +11,6 @@ import datetime as dt
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -33,72 +32,34 @@ from tests.agent.conftest import (
     make_node,
     make_pool,
 )
+from tests.forwarding_proxy import ForwardingProxy
 
 FACTS = {"agent_url": "http://127.0.0.1:1", "hostname": "gpu-1", "gpus": [0], "engine": "sim", "version": "t"}
 
 
-class AnswerDroppingProxy:
-    """Loopback HTTP proxy: forwards every request to the control plane and, for the first
-    ``drop`` requests to a path ending in ``drop_path``, waits for the full answer (the server has
-    committed) and then closes the client's connection without sending it."""
+class AnswerDroppingProxy(ForwardingProxy):
+    """Forwards every request to the control plane and, for the first ``drop`` requests to a path
+    ending in ``drop_path``, waits for the full answer (the server has committed) and then closes
+    the client's connection without sending it."""
+
+    protocol_version = "HTTP/1.1"
 
     def __init__(self, upstream: str, drop_path: str, drop: int = 1) -> None:
-        self.upstream, self.drop_path, self.left = upstream, drop_path, drop
+        super().__init__(upstream)
+        self.drop_path, self.left = drop_path, drop
         self.dropped: list[int] = []  # status codes of the answers thrown away
         self.passed: list[tuple[str, int]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> AnswerDroppingProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def _forward(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                answer = httpx.request(self.command, proxy.upstream + self.path, content=body, headers=headers,
-                                       timeout=30)
-                with proxy._lock:
-                    drop = self.path.endswith(proxy.drop_path) and proxy.left > 0
-                    if drop:
-                        proxy.left -= 1
-                        proxy.dropped.append(answer.status_code)
-                    else:
-                        proxy.passed.append((self.path, answer.status_code))
-                if drop:
-                    self.close_connection = True  # answered upstream, lost on the way back
-                    return
-                self.send_response(answer.status_code)
-                for k, v in answer.headers.items():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
-                self.wfile.write(answer.content)
-
-            do_GET = do_POST = _forward
-
-        return Handler
+    def deliver(self, path: str, body: bytes, answer: httpx.Response) -> bool:
+        with self._lock:
+            drop = path.endswith(self.drop_path) and self.left > 0
+            if drop:
+                self.left -= 1
+                self.dropped.append(answer.status_code)
+            else:
+                self.passed.append((path, answer.status_code))
+        return not drop
 
 
 def register(url: str, node_id: str, token: str) -> httpx.Response:
