@@ -19,9 +19,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(app, *, health_path: str = "/healthz", timeout: float = 20.0) -> Iterator[str]:
+def serve(app, *, health_path: str = "/healthz", timeout: float = 20.0, lifespan: str = "on") -> Iterator[str]:
+    """``lifespan="off"`` for a bare ASGI callable that has no startup or shutdown to run."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan=lifespan))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"

@@ -20,11 +20,7 @@ class AgentHttp:
         self.registry = registry
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+        # Served with lifespan="off" (agent._serve_http): only HTTP scopes arrive.
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]

@@ -59,11 +59,6 @@ class ControlPlaneProxy:
             pass
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
         path = scope["path"]
         if path == "/healthz":
             await self._send(send, 200, b'{"ok": true}')
@@ -107,5 +102,5 @@ class ControlPlaneProxy:
 @contextmanager
 def proxy_to(upstream: str) -> Iterator[tuple[ControlPlaneProxy, str]]:
     proxy = ControlPlaneProxy(upstream)
-    with serve(proxy) as url:
+    with serve(proxy, lifespan="off") as url:
         yield proxy, url

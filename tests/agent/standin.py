@@ -116,11 +116,6 @@ class StandInControlPlane:
         return 404, {"detail": "not found"}
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
         raw = b""
         while True:
             message = await receive()
@@ -140,5 +135,5 @@ class StandInControlPlane:
 @contextmanager
 def stand_in(node_id: str | None = None) -> Iterator[tuple[StandInControlPlane, str]]:
     cp = StandInControlPlane(node_id or str(uuid.uuid4()))
-    with serve(cp) as url:
+    with serve(cp, lifespan="off") as url:
         yield cp, url
