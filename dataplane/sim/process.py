@@ -43,6 +43,9 @@ class SimProcess:
         env: Mapping[str, str] | None = None,
     ):
         self.host = host
+        # A port we picked can be taken by another process before the simulator binds it: then
+        # the simulator exits at once and ``wait_healthy`` starts it again on another free port.
+        self._picked_port = port is None
         self.port = port or free_port(host)
         self.served_model_name = served_model_name
         self.args = [sys.executable, "-m", "dataplane.sim", "--host", host, "--port", str(self.port),
@@ -84,9 +87,14 @@ class SimProcess:
 
     def wait_healthy(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
+        port_retries = 2
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:
+                if self._picked_port and port_retries > 0:
+                    port_retries -= 1
+                    self._move_to_a_new_port()
+                    continue
                 raise RuntimeError(f"simulator exited with code {self.proc.returncode}: {' '.join(self.args)}")
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=1) as resp:
@@ -96,6 +104,12 @@ class SimProcess:
                 pass
             time.sleep(0.05)
         raise TimeoutError(f"simulator at {self.url} not healthy after {timeout}s")
+
+    def _move_to_a_new_port(self) -> None:
+        self._close_log()
+        self.port = free_port(self.host)
+        self.args[self.args.index("--port") + 1] = str(self.port)
+        self.launch()
 
     def stop(self, timeout: float = 5.0) -> int | None:
         """SIGTERM, then SIGKILL if it has not exited within ``timeout``."""
