@@ -5,7 +5,6 @@ agent brings a simulator up), then goes back to zero once idle: drained first, t
 from __future__ import annotations
 
 import time
-import uuid
 
 import httpx
 import openai
@@ -13,7 +12,7 @@ import pytest
 
 from controlplane.embedded import LOCAL_CATALOG
 from tests.e2e.conftest import Running
-from tests.e2e.test_platform import ok, wait
+from tests.e2e.seed import llama_model, local_pool, ok, tenant_key, wait
 
 pytestmark = pytest.mark.slow
 IDLE_TIMEOUT_S = 4
@@ -32,15 +31,10 @@ def pool_view(platform: Running, pool_id: str) -> dict:
 def test_scale_to_zero_cold_start_then_back_to_zero(platform: Running) -> None:
     with platform.admin as api:
         ok(api.post("/catalog/import", json=LOCAL_CATALOG))
-        tenant = ok(api.post("/tenants", json={"name": f"zero-{uuid.uuid4().hex[:6]}"}))
-        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference"]}))["secret"]
-        model = ok(api.post("/models", json={"name": "zero-llama", "variants": [
-            {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
-             "context_length": 8192}]}))
-        pool = ok(api.post("/pools", json={
-            "name": "zero-llama", "variant_id": model["variants"][0]["id"], "kind": "scale_to_zero",
-            "min_replicas": 0, "max_replicas": 1, "idle_timeout_s": IDLE_TIMEOUT_S,
-            "placement": [{"cloud": "local", "region": "local"}]}))
+        key = tenant_key(api, "zero")
+        model = llama_model(api, "zero-llama")
+        pool = local_pool(api, "zero-llama", model["variants"][0]["id"], kind="scale_to_zero",
+                          min_replicas=0, max_replicas=1, idle_timeout_s=IDLE_TIMEOUT_S)
     time.sleep(3)  # a few autoscaler ticks: nothing to serve, nothing launched
     assert pool_view(platform, pool["id"])["replicas_by_state"] == {}
 
@@ -77,14 +71,9 @@ def two_slot_warm_pool(platform: Running, name: str) -> tuple[str, dict, dict]:
     so a modest burst queues; returns (key, pool, its one ready replica)."""
     with platform.admin as api:
         ok(api.post("/catalog/import", json=LOCAL_CATALOG))
-        tenant = ok(api.post("/tenants", json={"name": f"{name}-{uuid.uuid4().hex[:6]}"}))
-        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference"]}))["secret"]
-        model = ok(api.post("/models", json={"name": name, "variants": [
-            {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
-             "context_length": 8192, "engine_args": {"max_running_requests": 2}}]}))
-        pool = ok(api.post("/pools", json={
-            "name": name, "variant_id": model["variants"][0]["id"], "kind": "warm",
-            "min_replicas": 1, "max_replicas": 2, "placement": [{"cloud": "local", "region": "local"}]}))
+        key = tenant_key(api, name)
+        model = llama_model(api, name, engine_args={"max_running_requests": 2})
+        pool = local_pool(api, name, model["variants"][0]["id"], kind="warm", min_replicas=1, max_replicas=2)
         wait(lambda: pool_view(platform, pool["id"])["replicas_by_state"].get("ready", 0) == 1, 60, "one ready replica")
         (replica,) = ok(api.get("/replicas", params={"pool_id": pool["id"], "state": "ready"}))["items"]
     # The edge learns of the replica from its next snapshot poll; a burst sent before then is held

@@ -19,8 +19,8 @@ import pytest
 
 from controlplane.embedded import PLATFORM_ENV as EMBEDDED_ENV
 from tests.e2e.conftest import Running
+from tests.e2e.seed import ok, wait
 from tests.e2e.test_autoscaling import pool_view, two_slot_warm_pool
-from tests.e2e.test_platform import ok, wait
 
 pytestmark = pytest.mark.slow
 # Minutes of hold and cooldown are right for production and far too long for a test: the same

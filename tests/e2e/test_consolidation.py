@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import threading
 import time
-import uuid
 from collections import defaultdict
 
 import httpx
@@ -18,7 +17,7 @@ import pytest
 
 from controlplane.embedded import LOCAL_CATALOG
 from tests.e2e.conftest import Running
-from tests.e2e.test_platform import ok, wait
+from tests.e2e.seed import llama_model, local_pool, ok, tenant_key, wait
 
 pytestmark = pytest.mark.slow
 PLATFORM_ENV = {"NIMBUS_CONSOLIDATION_SETTLE_S": "4", "NIMBUS_EMPTY_NODE_TTL_S": "2"}
@@ -95,16 +94,11 @@ class Stream:
 def test_three_third_used_nodes_become_one_under_traffic(platform: Running) -> None:
     with platform.admin as api:
         ok(api.post("/catalog/import", json=three_gpu_catalog()))
-        tenant = ok(api.post("/tenants", json={"name": f"cons-{uuid.uuid4().hex[:6]}"}))
-        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference"]}))["secret"]
+        key = tenant_key(api, "cons")
         pool_ids: dict[str, str] = {}
         for name in MODELS:  # one after the other: each model fills a node of its own
-            model = ok(api.post("/models", json={"name": name, "variants": [
-                {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
-                 "context_length": 8192}]}))
-            pool = ok(api.post("/pools", json={"name": name, "variant_id": model["variants"][0]["id"],
-                                                "min_replicas": 3, "max_replicas": 3,
-                                                "placement": [{"cloud": "local", "region": "local"}]}))
+            model = llama_model(api, name)
+            pool = local_pool(api, name, model["variants"][0]["id"], min_replicas=3, max_replicas=3)
             pool_ids[name] = pool["id"]
             wait(lambda name=name: serving(platform, pool_ids)[name] == 3, 90, f"{name}: three replicas ready")
         assert len(live_nodes(platform)) == 3

@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
+from tests.e2e.seed import ok, wait
 from tests.e2e.test_autoscaling import pool_view, two_slot_warm_pool
-from tests.e2e.test_platform import ok, wait
 
 pytestmark = pytest.mark.slow
 PLATFORM_ENV = {"NIMBUS_EDGE_SIGNALS_INTERVAL_S": "1"}

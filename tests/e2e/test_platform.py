@@ -9,12 +9,10 @@ the other serving while the fleet tick places the drained replica again on a new
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import signal
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,9 +20,9 @@ import httpx
 import openai
 import pytest
 
-from controlplane.embedded import LOCAL_CATALOG
 from dataplane.agent import scrape
 from tests.e2e.conftest import Running
+from tests.e2e.seed import LLAMA_8B, local_pool, ok, one_gpu_catalog, tenant_key, wait, wait_ready
 
 pytestmark = pytest.mark.slow
 # At teardown: the services (API, worker, beat, edge, Redis) and two nodes, each an agent with one
@@ -33,53 +31,22 @@ pytestmark = pytest.mark.slow
 PLATFORM_MIN_PROCESSES = 9
 
 
-def one_gpu_catalog() -> dict:
-    """The local cloud with its 1-GPU shape only: every 1-GPU replica gets a node of its own."""
-    catalog = copy.deepcopy(LOCAL_CATALOG)
-    region = catalog["clouds"][0]["regions"][0]
-    region["instance_types"] = [t for t in region["instance_types"] if t["gpu_count"] == 1]
-    assert region["instance_types"], "LOCAL_CATALOG has no 1-GPU shape"
-    return catalog
-
-
-def ok(resp: httpx.Response) -> dict:
-    assert resp.status_code < 400, f"{resp.request.method} {resp.request.url}: {resp.status_code} {resp.text}"
-    return resp.json() if resp.content else {}
-
-
-def wait(predicate, timeout: float, what: str, poll: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(poll)
-
-
 @pytest.fixture(scope="module")
 def tenant_pool(platform: Running) -> dict:
     """Seeded through the admin API only: catalog (1-GPU shape only), tenant + key, a two-tier model,
     a 2-replica pool on two nodes."""
     with platform.admin as api:
         ok(api.post("/catalog/import", json=one_gpu_catalog()))
-        tenant = ok(api.post("/tenants", json={"name": f"acme-{uuid.uuid4().hex[:6]}"}))
-        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference", "manage"]}))
+        key = tenant_key(api, "acme", ("inference", "manage"))
         model = ok(api.post("/models", json={"name": "llama-e2e", "default_tier": "bf16", "variants": [
-            {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
-             "context_length": 8192},
-            {"tier": "fp8", "model_path": "meta-llama/Llama-3.1-8B-Instruct-FP8", "gpu_memory_gb": 12,
-             "context_length": 8192, "quantization": "fp8"}]}))
+            LLAMA_8B, {"tier": "fp8", "model_path": "meta-llama/Llama-3.1-8B-Instruct-FP8", "gpu_memory_gb": 12,
+                       "context_length": 8192, "quantization": "fp8"}]}))
         bf16 = next(v for v in model["variants"] if v["tier"] == "bf16")
-        pool = ok(api.post("/pools", json={"name": "llama-e2e-bf16", "variant_id": bf16["id"],
-                                            "placement": [{"cloud": "local", "region": "local"}],
-                                            "min_replicas": 2, "max_replicas": 2}))
-        wait(lambda: ok(api.get(f"/pools/{pool['id']}"))["replicas_by_state"].get("ready", 0) >= 2, 60,
-             "two replicas ready through the local provider")
+        pool = local_pool(api, "llama-e2e-bf16", bf16["id"], min_replicas=2, max_replicas=2)
+        wait_ready(api, pool["id"], 2, 60, "two replicas ready through the local provider")
         ready = [r for r in ok(api.get("/replicas", params={"pool_id": pool["id"]}))["items"] if r["state"] == "ready"]
         assert len({r["node_id"] for r in ready}) == 2, f"one replica per 1-GPU node: {ready}"
-    return {"key": key["secret"], "pool_id": pool["id"], "model": "llama-e2e"}
+    return {"key": key, "pool_id": pool["id"], "model": "llama-e2e"}
 
 
 def sdk(platform: Running, key: str) -> openai.OpenAI:

@@ -19,7 +19,6 @@ blackhole, a network partition: open connections stall, new ones are accepted bu
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import json
 import os
@@ -28,7 +27,6 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -36,9 +34,9 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from controlplane.embedded import LOCAL_CATALOG
 from tests.conftest import PG_ADMIN_DSN
 from tests.e2e.conftest import Running
+from tests.e2e.seed import llama_model, local_pool, ok, one_gpu_catalog, tenant_key, wait, wait_ready
 
 pytestmark = pytest.mark.slow
 PLATFORM_ENV = {"NIMBUS_HEARTBEAT_TIMEOUT_S": "4", "NIMBUS_SWEEP_INTERVAL_S": "2", "NIMBUS_AUTOSCALER_ENABLED": "false"}
@@ -47,21 +45,6 @@ PLATFORM_MIN_PROCESSES = 9
 OUTAGE_S = 15.0
 WORKER_OUTAGE_S = DB_OUTAGE_S = 10.0  # 2.5 heartbeat timeouts, 5 sweep intervals
 RATE = 5.0  # requests per second through the edge
-
-
-def ok(resp: httpx.Response) -> dict:
-    assert resp.status_code < 400, f"{resp.request.method} {resp.request.url}: {resp.status_code} {resp.text}"
-    return resp.json() if resp.content else {}
-
-
-def wait(predicate, timeout: float, what: str, poll: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while True:
-        if value := predicate():
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(poll)
 
 
 def nodes(platform: Running) -> dict[str, dict]:
@@ -189,22 +172,13 @@ def fresh_database(fresh_database: str, pg_proxy: PgProxy) -> str:
 @pytest.fixture(scope="module")
 def serving(platform: Running) -> dict:
     """A tenant key and a 2-replica pool on two 1-GPU local nodes, both ready."""
-    catalog = copy.deepcopy(LOCAL_CATALOG)
-    region = catalog["clouds"][0]["regions"][0]
-    region["instance_types"] = [t for t in region["instance_types"] if t["gpu_count"] == 1]
     with platform.admin as api:
-        ok(api.post("/catalog/import", json=catalog))
-        tenant = ok(api.post("/tenants", json={"name": f"steady-{uuid.uuid4().hex[:6]}"}))
-        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference"]}))
-        model = ok(api.post("/models", json={"name": "steady", "default_tier": "bf16", "variants": [
-            {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
-             "context_length": 8192}]}))
-        pool = ok(api.post("/pools", json={"name": "steady-bf16", "variant_id": model["variants"][0]["id"],
-                                            "placement": [{"cloud": "local", "region": "local"}],
-                                            "min_replicas": 2, "max_replicas": 2}))
-        wait(lambda: ok(api.get(f"/pools/{pool['id']}"))["replicas_by_state"].get("ready", 0) >= 2, 60,
-             "two replicas ready")
-    return {"key": key["secret"], "pool_id": pool["id"], "model": "steady"}
+        ok(api.post("/catalog/import", json=one_gpu_catalog()))
+        key = tenant_key(api, "steady")
+        model = llama_model(api, "steady")
+        pool = local_pool(api, "steady-bf16", model["variants"][0]["id"], min_replicas=2, max_replicas=2)
+        wait_ready(api, pool["id"], 2, 60)
+    return {"key": key, "pool_id": pool["id"], "model": "steady"}
 
 
 class Load(threading.Thread):

@@ -15,7 +15,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import httpx
@@ -23,6 +22,7 @@ import pytest
 
 from controlplane.embedded import LOCAL_CATALOG, Platform, Service
 from tests.e2e.conftest import Running
+from tests.e2e.seed import llama_model, local_pool, tenant_key, wait_ready
 
 # At teardown: the five services. The node's agent and engine were started by the first worker,
 # which this module kills, so they are no longer the runner's descendants (the runner still stops them).
@@ -119,18 +119,10 @@ def alive(pid: int) -> bool:
 def test_killed_edge_api_and_worker_come_back_and_requests_succeed_within_10_s(platform: Running):
     with platform.admin as api:
         ok(api.post("/catalog/import", json=LOCAL_CATALOG))
-        tenant = ok(api.post("/tenants", json={"name": f"sup-{uuid.uuid4().hex[:6]}"}))
-        key = ok(api.post(f"/tenants/{tenant['id']}/keys", json={"scopes": ["inference"]}))["secret"]
-        model = ok(api.post("/models", json={"name": "sup-llama", "default_tier": "bf16", "variants": [
-            {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20,
-             "context_length": 8192}]}))
-        pool = ok(api.post("/pools", json={"name": "sup-llama-bf16", "variant_id": model["variants"][0]["id"],
-                                            "placement": [{"cloud": "local", "region": "local"}],
-                                            "min_replicas": 1, "max_replicas": 1}))
-        deadline = time.monotonic() + 60
-        while ok(api.get(f"/pools/{pool['id']}"))["replicas_by_state"].get("ready", 0) < 1:
-            assert time.monotonic() < deadline, "no ready replica in 60 s"
-            time.sleep(0.25)
+        key = tenant_key(api, "sup")
+        model = llama_model(api, "sup-llama")
+        pool = local_pool(api, "sup-llama-bf16", model["variants"][0]["id"], min_replicas=1, max_replicas=1)
+        wait_ready(api, pool["id"], 1, 60)
         nodes_before = {n["id"] for n in ok(api.get("/nodes"))["items"] if n["state"] == "ready"}
 
     def served() -> bool:
