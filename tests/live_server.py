@@ -43,3 +43,20 @@ def serve(app, *, health_path: str = "/healthz", timeout: float = 20.0, lifespan
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+# For the bare ASGI test doubles served here (``lifespan="off"``).
+async def read_body(receive) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
+async def send_json(send, status: int, data: bytes) -> None:
+    """One complete answer whose body ``data`` is JSON already."""
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})

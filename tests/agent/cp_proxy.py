@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from tests.live_server import serve
+from tests.live_server import read_body, send_json, serve
 
 FORWARD, FAIL, HANG = "forward", "fail", "hang"
 
@@ -61,15 +61,10 @@ class ControlPlaneProxy:
     async def __call__(self, scope, receive, send) -> None:
         path = scope["path"]
         if path == "/healthz":
-            await self._send(send, 200, b'{"ok": true}')
+            await send_json(send, 200, b'{"ok": true}')
             return
         at = time.monotonic()
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         mode = self.mode
         if mode == HANG:
             self._record(at, path, "hung")
@@ -77,7 +72,7 @@ class ControlPlaneProxy:
             return
         if mode == FAIL:
             self._record(at, path, "failed")
-            await self._send(send, 503, b'{"detail": "control plane unavailable (test proxy)"}')
+            await send_json(send, 503, b'{"detail": "control plane unavailable (test proxy)"}')
             return
         headers = {k.decode(): v.decode() for k, v in scope["headers"] if k.lower() in (b"authorization",
                                                                                            b"content-type")}
@@ -90,13 +85,8 @@ class ControlPlaneProxy:
             await self._until_client_leaves(receive)
             return
         self._record(at, path, "forwarded")
-        await self._send(send, resp.status_code, resp.content)
+        await send_json(send, resp.status_code, resp.content)
 
-    @staticmethod
-    async def _send(send, status: int, data: bytes) -> None:
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
-        await send({"type": "http.response.body", "body": data})
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tests.live_server import serve
+from tests.live_server import read_body, send_json, serve
 
 BASE = "/internal/v1/agents"
 
@@ -116,20 +116,12 @@ class StandInControlPlane:
         return 404, {"detail": "not found"}
 
     async def __call__(self, scope, receive, send) -> None:
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await read_body(receive)
         if scope["path"] == "/healthz":
             status, answer = 200, {"ok": True}
         else:
             status, answer = self.handle(scope["path"], json.loads(raw or b"{}"))
-        data = json.dumps(answer).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
-        await send({"type": "http.response.body", "body": data})
+        await send_json(send, status, json.dumps(answer).encode())
 
 
 @contextmanager
