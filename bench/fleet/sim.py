@@ -33,7 +33,7 @@ from controlplane.autoscaler.baselines import SkyServeConfig, SkyServeState, sky
 from controlplane.autoscaler.config import AutoscalerConfig
 from controlplane.autoscaler.policy import decide
 from controlplane.autoscaler.signals import AutoscalerState, PoolObservation, PoolSpec, ReplicaSignal
-from controlplane.fleet.autoscaling import profiled_throughput
+from controlplane.fleet.autoscaling import profiled_throughput, serving_gpu_types
 from controlplane.fleet.capacity import (
     ConsolidationBudget,
     HostedReplica,
@@ -421,8 +421,9 @@ class Nimbus(Contender):
 
     def spec(self, pool: PoolRun) -> PoolSpec:
         v = pool.variant
-        types = [r.gpu_type for r in self.fleet.by_pool[pool.pool_id].values()
-                 if r.replaces is None and r.state != "ended"]
+        live = [r for r in self.fleet.by_pool[pool.pool_id].values() if r.state != "ended"]
+        types = serving_gpu_types({r.replica_id: r.gpu_type for r in live if r.replaces is None},
+                                  [(r.replaces, r.gpu_type) for r in live if r.replaces is not None])
         return PoolSpec(
             pool_id=v.pool_id, kind=v.kind, min_replicas=v.min_replicas, max_replicas=v.max_replicas,
             ttft_slo_s=v.slo_s, gpus_per_replica=v.gpus,

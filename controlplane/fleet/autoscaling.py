@@ -18,8 +18,9 @@ import datetime as dt
 import json
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -105,6 +106,16 @@ def live_rates(replicas: Sequence[Replica], output_token_weight: float | None = 
     return req, tok
 
 
+def serving_gpu_types(replicas: Mapping[Any, str | None], copies: Iterable[tuple[Any, str | None]]) -> list[str | None]:
+    """The GPU type each replica (``replicas``: replica → its node's type) will serve on: a replica
+    that consolidation is moving serves on its copy's type (``copies``: (original, type) for the
+    copies still loading). Counted from the move's start, a move onto a slower type lowers the pool's
+    throughput per replica while the copy loads, so the autoscaler's extra replicas start beside
+    it instead of a model-ready time after the original stopped (the dent a replace left)."""
+    moving_to = dict(copies)
+    return [moving_to.get(replica, gpu_type) for replica, gpu_type in replicas.items()]
+
+
 def profiled_throughput(profile: Mapping[str, float], gpu_types: Sequence[str | None]) -> float | None:
     """One replica's profiled tokens/s on the GPU types the pool runs on now (their mean), or on
     its slowest profiled type before any replica runs: capacity is never assumed from the best."""
@@ -164,6 +175,23 @@ def _tenant_gpus(session: Session, tenant_id: uuid.UUID) -> int:
     return int(n or 0)
 
 
+def _gpu_type(node: Node) -> str | None:
+    return (node.launch_spec or {}).get("gpu_type")
+
+
+def _loading_copy_types(session: Session, replicas: Mapping[uuid.UUID, str | None]) -> list[tuple[uuid.UUID, str | None]]:
+    """(original, its copy's GPU type) for the consolidation copies of ``replicas`` still loading
+    (a ready copy is observed as a replica of its own)."""
+    if not replicas:
+        return []
+    rows = session.execute(
+        select(Replica.replaces_id, Node.launch_spec)
+        .join(Node, Node.id == Replica.node_id)
+        .where(Replica.replaces_id.in_(list(replicas)), Replica.state.in_([ReplicaState.pending, ReplicaState.starting]))
+    ).all()
+    return [(orig, (spec or {}).get("gpu_type")) for orig, spec in rows]
+
+
 def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | None = None) -> Observed:
     gpus = pool.variant.gpu_count
     rows = session.execute(
@@ -176,6 +204,7 @@ def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | 
                Replica.replaces_id.is_(None) | (Replica.state == ReplicaState.ready))
     ).all()
     replicas = [replica_signal(r, n, gpus) for r, n in rows]
+    serving_on = {r.id: _gpu_type(n) for r, n in rows}
     weight = pool.variant.output_token_weight
     req_hist, tok_hist, last_usage = _history(session, pool.variant_id, now, weight)
     live_req, live_tok = live_rates([r for r, _ in rows], weight)
@@ -213,7 +242,7 @@ def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | 
         tenant_gpu_quota=quota,
         tenant_gpus_in_use=in_use,
         replica_tokens_per_s=profiled_throughput(pool.variant.profiled_tokens_per_s or {},
-                                                 [(n.launch_spec or {}).get("gpu_type") for _, n in rows]),
+                                                 serving_gpu_types(serving_on, _loading_copy_types(session, serving_on))),
     )
     obs = PoolObservation(
         now=now.timestamp(),

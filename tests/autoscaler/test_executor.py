@@ -278,3 +278,41 @@ def test_scheduled_window_is_warm_before_it_opens(settings) -> None:
     assert pool_row(settings, pool_id).desired_replicas == 1  # too early
     tick(settings, pool_id, monday_9 - dt.timedelta(seconds=30))
     assert pool_row(settings, pool_id).desired_replicas == 3  # ready by 09:00
+
+
+def test_a_replica_moving_to_a_slower_gpu_type_counts_at_that_types_throughput_from_the_moves_start(settings) -> None:
+    """Consolidation moves replica A from an H100 node to an L40S one (its copy still loading): the
+    pool's per-replica throughput is already the mean over (L40S, H100), so the autoscaler adds
+    the replicas the slower type needs beside the copy, not a model-ready time after A stopped.
+    A ready copy is observed as a replica of its own, so the substitution ends with the load."""
+    from controlplane.fleet.autoscaling import observe
+
+    pool_id = make_pool(settings, replicas=2)
+    with session_scope(settings) as s:
+        pool = s.get(Pool, pool_id)
+        pool.variant.profiled_tokens_per_s = {"h100": 9000.0, "l40s": 3000.0}
+        a, b = s.scalars(select(Replica).where(Replica.pool_id == pool_id).order_by(Replica.url)).all()
+        for r in (a, b):
+            r.node.launch_spec = {**r.node.launch_spec, "gpu_type": "h100"}
+        target = Node(state=NodeState.booting, launch_token=uuid.uuid4().hex, gpus_total=4, cloud="local",
+                      region="local", zone="local-a", instance_id="local-l40s",
+                      launch_spec={"cloud": "local", "region": "local", "gpu_count": 4, "gpu_type": "l40s"})
+        s.add(target)
+        s.flush()
+        s.add(Replica(node_id=target.id, pool_id=pool_id, variant_id=a.variant_id, state=ReplicaState.starting,
+                      gpu_ids=[0], replaces_id=a.id, max_running_requests=32, metrics={}))
+        s.flush()
+        assert observe(s, pool, T0).spec.replica_tokens_per_s == pytest.approx((3000.0 + 9000.0) / 2)
+        copy = s.scalars(select(Replica).where(Replica.replaces_id == a.id)).one()
+        copy.state = ReplicaState.ready  # it takes over; A drains
+        a.state = ReplicaState.draining
+        s.flush()
+        # The ready copy is a row of its own (L40S) beside A (H100, draining) and B (H100).
+        assert observe(s, pool, T0).spec.replica_tokens_per_s == pytest.approx((9000.0 + 9000.0 + 3000.0) / 3)
+
+
+def test_serving_gpu_types_substitutes_only_the_moving_replicas() -> None:
+    from controlplane.fleet.autoscaling import serving_gpu_types
+
+    assert serving_gpu_types({"a": "h100", "b": "h100", "c": None}, [("a", "l40s"), ("z", "l4")]) == ["l40s", "h100", None]
+    assert serving_gpu_types({}, [("a", "l40s")]) == []
