@@ -137,6 +137,11 @@ class Settings(BaseSettings):
     )
     consolidation_moves_per_pool: int = Field(default=ConsolidationBudget.max_moves_per_pool, ge=1, description="Moves in flight per pool.")
     consolidation_nodes_in_flight: int = Field(default=ConsolidationBudget.max_nodes_in_flight, ge=1, description="Nodes being emptied fleet-wide.")
+    consolidation_max_slower_dip: float = Field(
+        default=ConsolidationBudget.max_slower_dip, ge=0, le=1,
+        description="Share of a pool's profiled throughput a replace onto a slower GPU type may take away until the "
+                    "replicas added for it are ready (1: no cap; lower it for pools run without headroom).",
+    )
 
     @property
     def resolved_database_url(self) -> str:

@@ -472,6 +472,7 @@ def consolidation_budget(settings: Settings) -> ConsolidationBudget:
         settle_s=settings.consolidation_settle_s, max_moves_per_pool=settings.consolidation_moves_per_pool,
         max_nodes_in_flight=settings.consolidation_nodes_in_flight, min_score=settings.consolidation_min_score,
         underused_fraction=settings.consolidation_underused_fraction,
+        max_slower_dip=settings.consolidation_max_slower_dip,
     )
 
 

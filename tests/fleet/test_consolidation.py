@@ -369,3 +369,16 @@ def test_a_node_a_consolidation_emptied_skips_the_empty_node_ttl() -> None:
     assert not emptied_by_consolidation(empty_node({"at": old.isoformat()}, empty_for_s=10), now, settings)
     assert emptied_by_consolidation(Node(metrics={"consolidation": {"at": began.replace(tzinfo=None).isoformat()}},
                                          empty_since=now), now, settings)  # a naive time is UTC
+
+
+def test_the_slower_type_dip_cap_is_an_operator_setting(tmp_path) -> None:
+    from pydantic import ValidationError
+
+    from controlplane.config import Settings
+    from controlplane.fleet.reconcile import consolidation_budget
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    assert consolidation_budget(Settings(database_url=url)).max_slower_dip == ConsolidationBudget.max_slower_dip
+    assert consolidation_budget(Settings(database_url=url, consolidation_max_slower_dip=0.35)).max_slower_dip == 0.35
+    with pytest.raises(ValidationError):
+        Settings(database_url=url, consolidation_max_slower_dip=1.5)
