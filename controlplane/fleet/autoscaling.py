@@ -179,32 +179,21 @@ def _gpu_type(node: Node) -> str | None:
     return (node.launch_spec or {}).get("gpu_type")
 
 
-def _loading_copy_types(session: Session, replicas: Mapping[uuid.UUID, str | None]) -> list[tuple[uuid.UUID, str | None]]:
-    """(original, its copy's GPU type) for the consolidation copies of ``replicas`` still loading
-    (a ready copy is observed as a replica of its own)."""
-    if not replicas:
-        return []
-    rows = session.execute(
-        select(Replica.replaces_id, Node.launch_spec)
-        .join(Node, Node.id == Replica.node_id)
-        .where(Replica.replaces_id.in_(list(replicas)), Replica.state.in_([ReplicaState.pending, ReplicaState.starting]))
-    ).all()
-    return [(orig, (spec or {}).get("gpu_type")) for orig, spec in rows]
-
-
 def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | None = None) -> Observed:
     gpus = pool.variant.gpu_count
-    rows = session.execute(
+    every = session.execute(
         select(Replica, Node)
         .join(Node, Node.id == Replica.node_id)
         .where(Replica.pool_id == pool.id, Replica.state.in_(list(_REPLICA_STATES)),
                Node.state.in_([NodeState.pending, NodeState.provisioning, NodeState.booting, NodeState.ready,
-                               NodeState.draining]),
-               # A consolidation copy is the same replica as its original until it takes over.
-               Replica.replaces_id.is_(None) | (Replica.state == ReplicaState.ready))
+                               NodeState.draining]))
     ).all()
+    # A consolidation copy is the same replica as its original until it takes over; while it
+    # loads it only says which GPU type its original will serve on (``serving_gpu_types``).
+    rows = [(r, n) for r, n in every if r.replaces_id is None or r.state == ReplicaState.ready]
+    loading_copies = [(r.replaces_id, _gpu_type(n)) for r, n in every
+                      if r.replaces_id is not None and r.state in (ReplicaState.pending, ReplicaState.starting)]
     replicas = [replica_signal(r, n, gpus) for r, n in rows]
-    serving_on = {r.id: _gpu_type(n) for r, n in rows}
     weight = pool.variant.output_token_weight
     req_hist, tok_hist, last_usage = _history(session, pool.variant_id, now, weight)
     live_req, live_tok = live_rates([r for r, _ in rows], weight)
@@ -242,7 +231,7 @@ def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | 
         tenant_gpu_quota=quota,
         tenant_gpus_in_use=in_use,
         replica_tokens_per_s=profiled_throughput(pool.variant.profiled_tokens_per_s or {},
-                                                 serving_gpu_types(serving_on, _loading_copy_types(session, serving_on))),
+                                                 serving_gpu_types({r.id: _gpu_type(n) for r, n in rows}, loading_copies)),
     )
     obs = PoolObservation(
         now=now.timestamp(),
