@@ -73,6 +73,9 @@ class EdgeMetrics:
         self.errors = Counter("nimbus_edge_errors", "Errors by kind", ["model", "replica", "kind"], registry=r)
         self.retries = Counter("nimbus_edge_retries", "Retries on another replica before the first byte",
                                ["model", "reason"], registry=r)
+        self.degraded_dispatches = Counter(
+            "nimbus_edge_degraded_dispatches", "Requests sent past the health filter because no healthy replica "
+            "of a healthy region was left (reason: failing_region, unhealthy)", ["model", "reason"], registry=r)
         self.retry_denied = Counter("nimbus_edge_retry_budget_exhausted", "Retries refused by the retry budget",
                                     ["model"], registry=r)
         self.routed = Counter("nimbus_edge_routing_decisions", "Routing decisions",

@@ -21,6 +21,10 @@ class ReplicaLoad:
     inflight: int = 0
     inflight_tokens: int = 0
     pending_prefill_tokens: int = 0  # uncached prompt tokens of requests that have not started streaming
+    # monotonic time this edge last saw the replica produce output (a first byte, a streamed chunk,
+    # a finished answer): passive health, which the active probe defers to (see health.judge)
+    last_progress: float = float("-inf")
+    busy_since: float = float("-inf")  # when ``inflight`` last rose from 0: a stall is timed from here at most
 
 
 @dataclass(slots=True)
@@ -30,6 +34,7 @@ class Candidate:
     rtt_ms: float
     capacity: int  # most concurrent requests the edge sends to this replica
     bias_ms: float = 0.0  # how much slower than predicted this replica has recently been (see Router)
+    degraded: str = ""  # why the router offered it past its health filter (router.DEGRADED_*), or ""
 
     @property
     def running(self) -> int:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 def _variant_state(service: EdgeService, catalog: Catalog, variant: Variant, now: float) -> dict[str, Any]:
     pools = catalog.pools_by_variant.get(variant.id, [])
     ready = [r for p in pools for r in catalog.ready_by_pool.get(p.id, ())]
-    healthy = service.router.eligible(catalog, ready, now)
+    healthy = service.router.eligible(catalog, ready, now, degrade=False)
     by_region: dict[str, int] = {}
     for c in healthy:
         by_region[c.replica.region] = by_region.get(c.replica.region, 0) + 1

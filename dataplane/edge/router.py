@@ -35,6 +35,18 @@ class HealthState:
     healthy: bool = True
     consecutive_failures: int = 0
     rtt_ms: float | None = None  # measured, used when the snapshot has none for the region
+    # False once a probe could not even connect: the process is gone. Such a replica is never a
+    # fallback candidate; one that merely failed its probes still is (see ``eligible``).
+    reachable: bool = True
+    # Set by a probe that timed out while the replica kept making progress: slow, not dead. Scored as
+    # that much extra predicted TTFT until a probe answers in time again.
+    slow_penalty_ms: float = 0.0
+
+
+# Verdicts of one health probe (``dataplane.edge.health.judge`` decides which).
+PROBE_OK, PROBE_SLOW, PROBE_FAILED, PROBE_DEAD = "ok", "slow", "failed", "dead"
+# Why a candidate list was widened past the healthy replicas of healthy regions ("" when it was not).
+DEGRADED_FAILING_REGION, DEGRADED_UNHEALTHY = "failing_region", "unhealthy"
 
 
 @dataclass
@@ -117,17 +129,28 @@ class Router:
 
     def eligible(self, catalog: Catalog, replicas: list[Replica], now: float,
                  exclude: frozenset[str] | set[str] = frozenset(),
-                 exclude_regions: frozenset[str] | set[str] = frozenset()) -> list[Candidate]:
+                 exclude_regions: frozenset[str] | set[str] = frozenset(), degrade: bool = True) -> list[Candidate]:
+        """The replicas a request may go to: healthy ones outside failing regions. When there are none
+        and ``degrade`` is set, the edge does not fail closed: it widens to the healthy replicas of
+        failing regions, then to replicas that fail their probes but still answer (slow or sick beats
+        a certain 503). Replicas that cannot be reached, replicas whose breaker is open and the
+        caller's exclusions never come back this way. Readiness asks with ``degrade=False``: a model
+        served only by such replicas must not look healthy to DNS."""
         bad_regions = self.failing_regions(replicas)
-        out = []
-        for r in replicas:
-            if r.id in exclude or r.region in bad_regions or r.region in exclude_regions:
-                continue
-            if not self.health_of(r.id).healthy or not self.breaker(r.id).allows(now):
-                continue
-            out.append(Candidate(r, self.load(r.id), self.rtt_ms(catalog, r), self.capacity(r),
-                                 self.bias_ms(r.id, now)))
-        return out
+        usable = [r for r in replicas
+                  if r.id not in exclude and r.region not in exclude_regions and self.health_of(r.id).reachable]
+        tiers: tuple[tuple[str, list[Replica]], ...] = (
+            ("", [r for r in usable if r.region not in bad_regions and self.health_of(r.id).healthy]),
+            (DEGRADED_FAILING_REGION, [r for r in usable if r.region in bad_regions and self.health_of(r.id).healthy]),
+            (DEGRADED_UNHEALTHY, [r for r in usable if not self.health_of(r.id).healthy]),
+        )
+        for degraded, tier in tiers if degrade else tiers[:1]:
+            out = [Candidate(r, self.load(r.id), self.rtt_ms(catalog, r), self.capacity(r),
+                             self.bias_ms(r.id, now) + self.health_of(r.id).slow_penalty_ms, degraded)
+                   for r in tier if self.breaker(r.id).allows(now)]
+            if out:
+                return out
+        return []
 
     def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
         """The capacity guard: only replicas with room are offered to the policy. None means every
@@ -150,6 +173,8 @@ class Router:
         ticket = Ticket(replica, decision, reserved_tokens, uncached, load.pending_prefill_tokens + uncached,
                         self.rtt_ms(catalog, replica), prompt_tokens=req.prompt_tokens,
                         bias_at_dispatch=self.bias_ms(replica.id, now))
+        if load.inflight == 0:
+            load.busy_since = now
         load.inflight += 1
         load.inflight_tokens += reserved_tokens
         load.pending_prefill_tokens += uncached
@@ -162,7 +187,10 @@ class Router:
             return
         ticket.started = True
         rid = ticket.replica.id
-        self.load(rid).pending_prefill_tokens -= ticket.uncached_tokens
+        load = self.load(rid)
+        load.pending_prefill_tokens -= ticket.uncached_tokens
+        if now is not None:
+            load.last_progress = now
         self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms)
         if ticket.decision.predicted_ttft_ms > 0 and now is not None:
             previous = self.bias_ms(rid, now)
@@ -187,6 +215,7 @@ class Router:
             breaker.probe_in_flight = False
         elif ok:
             breaker.on_success()
+            load.last_progress = now
             # Only a prediction made while nothing else was still prefilling there can be judged: with
             # other prefills in flight the predicted blocks may simply not have been computed yet.
             settled = ticket.backlog_at_dispatch <= ticket.uncached_tokens
@@ -196,17 +225,21 @@ class Router:
         else:
             breaker.on_failure(now)
 
-    def mark_health(self, replica_id: str, ok: bool, rtt_ms: float | None = None) -> bool:
-        """Record one probe; returns True when the replica's health flipped."""
+    def mark_health(self, replica_id: str, verdict: str, rtt_ms: float | None = None) -> bool:
+        """Record one probe's verdict (``PROBE_*``); returns True when the replica's health flipped.
+        A dead replica (could not connect) is down at once; a failing one after
+        ``health_failures_to_down`` probes in a row; a slow one stays up with a scoring penalty."""
         st = self.health_of(replica_id)
         before = st.healthy
         if rtt_ms is not None:
             st.rtt_ms = rtt_ms if st.rtt_ms is None else 0.8 * st.rtt_ms + 0.2 * rtt_ms
-        if ok:
+        st.reachable = verdict != PROBE_DEAD
+        st.slow_penalty_ms = self.settings.health_timeout_s * 1000 if verdict == PROBE_SLOW else 0.0
+        if verdict in (PROBE_OK, PROBE_SLOW):
             st.consecutive_failures = 0
             st.healthy = True
         else:
             st.consecutive_failures += 1
-            if st.consecutive_failures >= self.settings.health_failures_to_down:
+            if verdict == PROBE_DEAD or st.consecutive_failures >= self.settings.health_failures_to_down:
                 st.healthy = False
         return before != st.healthy

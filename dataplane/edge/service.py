@@ -504,6 +504,8 @@ class EdgeService:
                 return None
             ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now)
             ticket.tenant_id = tenant.id
+            if candidates[0].degraded:  # every candidate of one answer shares its tier
+                self.metrics.child(self.metrics.degraded_dispatches, req.model, candidates[0].degraded).inc()
             guard.acquired(tenant.id, now)
             self.metrics.child(self.metrics.inflight, ticket.replica.id).set(self.router.load(ticket.replica.id).inflight)
             st.ticket = ticket
@@ -613,6 +615,7 @@ class EdgeService:
         held: list[bytes] = []  # the role-only opening chunk, held until the first token exists
         last = 0.0
         write_now = getattr(send, "write_now", None)
+        load = self.router.load(ticket.replica.id)
 
         def count_tokens(chunk: bytes) -> None:
             """Bookkeeping for a chunk of whole token events forwarded as is."""
@@ -620,7 +623,7 @@ class EdgeService:
             st.chunks += chunk.count(b"\n\n")
             now = time.monotonic()
             itl_hist.observe(now - last)
-            last = now
+            last = load.last_progress = now
 
         def forward_now(chunk: bytes) -> bool:
             """The upstream parser's sink once the response has started: whole plain token events
@@ -680,7 +683,7 @@ class EdgeService:
                         resp.set_sink(forward_now)
                 else:
                     itl_hist.observe(now - last)
-                last = now
+                last = load.last_progress = now
                 if saw_done:
                     self._meter_stream_end(st, upstream_error)
                 await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})

@@ -62,6 +62,10 @@ class EdgeSettings:
     health_interval_s: float = 5.0
     health_timeout_s: float = 5.0
     health_failures_to_down: int = 2
+    # A probe that times out while the replica still carries this edge's traffic fails it only once
+    # that traffic has shown no progress (no first byte, chunk or finished answer) for this long: a
+    # busy engine is slow, a hung one is stuck. Matches the stream idle timeout by default.
+    health_stall_s: float = 30.0
     region_fail_fraction: float = 0.5
     # /health/ready and /health/models/{model} (readiness.py) fail once the control plane's snapshot is
     # older than this (the edge still serves from it); 0: never. Generous on purpose: the edges of every

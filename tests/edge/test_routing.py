@@ -136,12 +136,12 @@ def test_round_robin_and_least_load():
 def test_unhealthy_replicas_and_failing_regions_drop_out():
     cat = catalog(n=4, regions=("a", "b"), max_running=10)  # rep0,rep2 in a; rep1,rep3 in b
     router = make_router("round_robin", health_failures_to_down=2, region_fail_fraction=0.5)
-    router.mark_health("rep0", False)
+    router.mark_health("rep0", "failed")
     assert {c.replica.id for c in router.eligible(cat, list(cat.replicas.values()), 0)} == {"rep0", "rep1", "rep2", "rep3"}
-    assert router.mark_health("rep0", False) is True  # second failure flips it
+    assert router.mark_health("rep0", "failed") is True  # second failure flips it
     # half of region a fails -> the whole region drops out
     assert {c.replica.id for c in router.eligible(cat, list(cat.replicas.values()), 0)} == {"rep1", "rep3"}
-    router.mark_health("rep0", True)
+    router.mark_health("rep0", "ok")
     assert len(router.eligible(cat, list(cat.replicas.values()), 0)) == 4
 
 
