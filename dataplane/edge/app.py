@@ -111,6 +111,10 @@ class EdgeApp:
             elif path == "/v1/models" and method == "GET":
                 auth = request.headers.get(b"authorization")
                 await send_json(send, 200, self.service.list_models(auth.decode("latin-1") if auth else None))
+            elif path.startswith("/v1/models/") and len(path) > len("/v1/models/") and method == "GET":
+                auth = request.headers.get(b"authorization")
+                await send_json(send, 200, self.service.retrieve_model(auth.decode("latin-1") if auth else None,
+                                                                       unquote(path[len("/v1/models/"):])))
             elif path == "/health":
                 await send_json(send, 200, b'{"status":"ok"}')
             elif path.startswith("/health/") and method == "GET":

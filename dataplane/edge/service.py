@@ -26,6 +26,7 @@ from dataplane.edge.admission import Admission
 from dataplane.edge.auth import authenticate
 from dataplane.edge.breaker import OPEN, RetryBudget
 from dataplane.edge.catalog import BATCH, INTERACTIVE, ApiKey, Catalog, Replica, Tenant, Variant
+from dataplane.edge.echo import echo, model_rewrite
 from dataplane.edge.fairness import ShareGuard, Waiter
 from dataplane.edge.health import HealthMonitor
 from dataplane.edge.limits import Lease, Limiter, RedisStore, to_error
@@ -124,6 +125,7 @@ class RequestState:
     replica: Replica | None = None
     error_code: str | None = None
     metered: bool = False  # its usage event is in the spool (written before the response's last bytes)
+    echo: tuple[bytes, bytes] | None = None  # served -> requested model name in the answer (echo.py)
 
 
 def _headers(pairs: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -212,6 +214,7 @@ class EdgeService:
                              self.ttft_model,
                              retry_budget=RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min_per_s))
         self.admission = Admission(settings.queue_max, settings.queue_timeout_s, time.monotonic)
+        self.extra_fields = frozenset(settings.extra_request_fields)
         self.share_guards: dict[str, ShareGuard] = {}  # per variant
         self.response_cache = ResponseCache(settings.response_cache_entries, settings.response_cache_ttl_s)
         self.source = source_factory(self)
@@ -297,15 +300,33 @@ class EdgeService:
 
     # ------------------------------------------------------------------ GET /v1/models
 
-    def list_models(self, authorization: str | None) -> bytes:
+    def _model_cards(self, authorization: str | None) -> dict[str, dict[str, Any]]:
+        """The models this key's tenant may use, by id: ``name`` for a model's default tier,
+        ``name:tier`` for the others (the names ``resolve_model`` accepts)."""
         catalog = self._catalog()
         tenant, _ = authenticate(catalog, authorization)
-        data = []
+        cards = {}
         for model, variant in catalog.visible_models(tenant.id):
             name = model.name if variant.tier == model.default_tier else f"{model.name}:{variant.tier}"
-            data.append({"id": name, "object": "model", "created": 0, "owned_by": "nimbus",
-                         "context_length": variant.context_length, "tier": variant.tier})
-        return msgspec.json.encode({"object": "list", "data": data})
+            cards[name] = {"id": name, "object": "model", "created": 0, "owned_by": "nimbus",
+                           "context_length": variant.context_length, "tier": variant.tier}
+        return cards
+
+    def list_models(self, authorization: str | None) -> bytes:
+        return msgspec.json.encode({"object": "list", "data": list(self._model_cards(authorization).values())})
+
+    def retrieve_model(self, authorization: str | None, model_id: str) -> bytes:
+        """``GET /v1/models/{id}``: one card, or 404 ``model_not_found`` for a model this tenant may not
+        use, exactly as if it did not exist. ``name:default-tier`` is the same model as ``name``."""
+        cards = self._model_cards(authorization)
+        card = cards.get(model_id)
+        if card is None:
+            resolved = self._catalog().resolve_model(model_id)
+            if resolved is not None and resolved[1].tier == resolved[0].default_tier:
+                card = cards.get(resolved[0].name)
+        if card is None:
+            raise errors.model_not_found(model_id)
+        return msgspec.json.encode(card)
 
     def _catalog(self) -> Catalog:
         if self.catalog is None:
@@ -339,7 +360,8 @@ class EdgeService:
         tenant, key = authenticate(catalog, headers.get("authorization"))
         st.tenant, st.key = tenant, key
         body = parse_json(raw, s.max_body_bytes, s.max_json_depth)
-        req = validate(kind, body, self.estimator, max_messages=s.max_messages, max_n=s.max_n)
+        req = validate(kind, body, self.estimator, max_messages=s.max_messages, max_n=s.max_n,
+                       extra_fields=self.extra_fields)
         st.req, st.model = req, req.model
         st.priority = self._priority(key, req, headers)
         resolved = catalog.resolve_model(req.model)
@@ -347,6 +369,7 @@ class EdgeService:
             raise errors.model_not_found(req.model)
         variant = resolved[1]
         st.variant = variant
+        st.echo = model_rewrite(variant.served_model_name, req.model)
         check_context(req, variant.context_length)
 
         ckey = None
@@ -587,6 +610,7 @@ class EdgeService:
                 self._release(st, ticket, None)
                 return Failure(rid, "broke")
             st.ttft_ms = (time.monotonic() - st.t0) * 1000
+            data = echo(data, st.echo)
             try:
                 st.usage = msgspec.json.decode(data).get("usage")
             except (msgspec.DecodeError, AttributeError):
@@ -629,7 +653,11 @@ class EdgeService:
             """The upstream parser's sink once the response has started: whole plain token events
             go straight to the client's socket, without waking this task. Everything else ([DONE],
             usage, errors, partial events, a backed-up client) is refused and read below."""
-            if not _plain_events(chunk, splitter) or _ends_stream(chunk) or not write_now(chunk):
+            if not _plain_events(chunk, splitter) or _ends_stream(chunk):
+                return False
+            if st.echo is not None:
+                chunk = echo(chunk, st.echo)
+            if not write_now(chunk):
                 return False
             count_tokens(chunk)
             return True
@@ -639,6 +667,7 @@ class EdgeService:
                 if st.response_started and _plain_events(chunk, splitter):
                     # Whole events, no usage, no error: forward as is. With the sink installed only
                     # a backed-up client or the stream's end brings such a chunk here.
+                    chunk = echo(chunk, st.echo)
                     count_tokens(chunk)
                     saw_done = _ends_stream(chunk)
                     if saw_done:
@@ -662,7 +691,7 @@ class EdgeService:
                         upstream_error = True
                     else:
                         st.chunks += 1
-                    out.append(event)
+                    out.append(echo(event, st.echo))
                 if not out:
                     continue
                 now = time.monotonic()

@@ -76,6 +76,9 @@ class EdgeSettings:
     max_json_depth: int = 64  # deeper JSON bodies get a 400 (a JSON schema in `tools` is rarely past 10)
     max_messages: int = 2048
     max_n: int = 8
+    # Request fields allowed beyond OpenAI's and SGLang's documented ones (validation.KNOWN_FIELDS),
+    # forwarded to the engine as they are: e.g. an extra that a newer SGLang release added.
+    extra_request_fields: tuple[str, ...] = ()
     # The HTTP server against hostile clients (dataplane/httpserver.py; nginx's names in brackets).
     # A new connection's first request head, and any head once begun, within this [client_header_timeout].
     header_timeout_s: float = 10.0
@@ -139,8 +142,12 @@ class EdgeSettings:
 
 def _coerce(current: Any, annotation: Any, value: Any) -> Any:
     if not isinstance(value, str):
+        if isinstance(current, tuple):
+            return tuple(value)
         return Path(value) if isinstance(current, Path) else value
     text = str(annotation)
+    if isinstance(current, tuple):  # a comma-separated list from the environment
+        return tuple(part.strip() for part in value.split(",") if part.strip())
     if isinstance(current, bool) or text == "bool":
         return value.lower() in ("1", "true", "yes", "on")
     if isinstance(current, Path) or "Path" in text:

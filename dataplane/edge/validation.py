@@ -165,6 +165,35 @@ OPTIONAL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
                                            "no_stop_trim", "continue_final_message", "separate_reasoning",
                                            "store")},
 }
+# Every field a request may carry; anything else is a 400 naming it, as OpenAI answers ("Unrecognized
+# request argument supplied"). SGLang's own models ignore unknown fields, so without this a typo'd
+# parameter would silently do nothing.
+OPENAI_CHAT_FIELDS = frozenset({
+    "messages", "model", "audio", "frequency_penalty", "function_call", "functions", "logit_bias", "logprobs",
+    "max_completion_tokens", "max_tokens", "metadata", "modalities", "n", "parallel_tool_calls", "prediction",
+    "presence_penalty", "prompt_cache_key", "reasoning_effort", "response_format", "safety_identifier", "seed",
+    "service_tier", "stop", "store", "stream", "stream_options", "temperature", "tool_choice", "tools",
+    "top_logprobs", "top_p", "user", "verbosity", "web_search_options",
+})
+OPENAI_COMPLETION_FIELDS = frozenset({
+    "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+    "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix", "temperature", "top_p", "user",
+})
+# SGLang's documented sampling and output extras (its ChatCompletionRequest / CompletionRequest in
+# python/sglang/srt/entrypoints/openai/protocol.py), forwarded as they are. Deliberately not among
+# them: fields that reach into the engine's internals or another tenant's requests (``rid``,
+# ``bootstrap_*``, ``routed_dp_rank``, ``custom_logit_processor``, ``lora_path``, ``session_*``,
+# ``return_hidden_states``, ``input_ids``); an operator can allow more with ``extra_request_fields``.
+SGLANG_EXTRA_FIELDS = frozenset({
+    "top_k", "min_p", "min_tokens", "regex", "ebnf", "json_schema", "repetition_penalty", "stop_token_ids",
+    "stop_regex", "no_stop_trim", "ignore_eos", "continue_final_message", "skip_special_tokens",
+    "separate_reasoning", "stream_reasoning", "chat_template_kwargs",
+})
+KNOWN_FIELDS = {
+    CHAT: OPENAI_CHAT_FIELDS | SGLANG_EXTRA_FIELDS | frozenset(EDGE_ONLY_FIELDS),
+    COMPLETION: OPENAI_COMPLETION_FIELDS | SGLANG_EXTRA_FIELDS | frozenset(EDGE_ONLY_FIELDS),
+}
+
 MESSAGE_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "name": (_is_text, _STR),
     "tool_call_id": (_is_text, _STR),
@@ -240,7 +269,13 @@ def _number(body: dict[str, Any], name: str, lo: float, hi: float) -> None:
 
 
 def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_messages: int = 2048,
-             max_n: int = 8) -> InferenceRequest:
+             max_n: int = 8, extra_fields: frozenset[str] = frozenset()) -> InferenceRequest:
+    known = KNOWN_FIELDS[kind]
+    for name in body:
+        if name not in known and name not in extra_fields:
+            raise errors.bad_request(f"Unrecognized request argument supplied: {name}",
+                                     param=name if len(name) <= 64 else name[:64] + "...",
+                                     code="unrecognized_argument")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise errors.bad_request("`model` is required and must be a string.", param="model")

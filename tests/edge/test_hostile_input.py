@@ -322,8 +322,9 @@ def test_deep_nesting_is_a_400_not_a_500(fz, depth):
 
 
 def test_nesting_within_the_bound_is_served(fz):
-    raw = b'{"model":"demo","prompt":"x","max_tokens":1,"metadata":' + b'{"a":' * 60 + b"1" + b"}" * 60 + b"}"
-    r = httpx.post(fz.url + "/v1/completions", content=raw, headers={"authorization": f"Bearer {fz.key}"})
+    raw = (b'{"model":"demo","messages":[{"role":"user","content":"x"}],"max_tokens":1,"metadata":'
+           + b'{"a":' * 60 + b"1" + b"}" * 60 + b"}")
+    r = httpx.post(fz.url + "/v1/chat/completions", content=raw, headers={"authorization": f"Bearer {fz.key}"})
     assert r.status_code == 200, r.text
 
 

@@ -1,0 +1,110 @@
+"""OpenAI API parity at the edge (issue 17, first part), with the real ``openai`` SDK through a real
+edge to real simulators: the requested model name echoed in every answer, ``models.retrieve``, and
+unknown request fields refused the way OpenAI refuses them."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from dataplane.edge import errors
+from dataplane.edge.echo import echo, model_rewrite
+from dataplane.edge.settings import EdgeSettings
+from dataplane.edge.validation import CHAT, COMPLETION, TokenEstimator, validate
+from tests.edge.conftest import make_key, standalone_config
+
+KEY = make_key("parity")
+MSGS = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def edge(sims, tmp_path_factory):
+    from dataplane.edge.process import EdgeProcess
+
+    # The engines serve "demo"; tenants ask for "llama-3.1-8b" (default tier bf16) or "llama-3.1-8b:fp8".
+    cfg = standalone_config([sims[0].url], [{"name": "a", "keys": [{"dev_key": KEY}]}], model="llama-3.1-8b",
+                            settings={"extra_request_fields": ["lora_path"]})
+    cfg["models"][0]["tiers"].append({"tier": "fp8", "served_model_name": "demo", "context_length": 8192,
+                                      "replicas": [{"url": sims[1].url, "max_running_requests": 32}]})
+    state = tmp_path_factory.mktemp("edge-parity")
+    proc = EdgeProcess(cfg, state_dir=state, redis_url="none", log_path=state / "edge.log").start()
+    yield proc
+    proc.close()
+
+
+def client(edge) -> openai.OpenAI:
+    return openai.OpenAI(base_url=edge.url + "/v1", api_key=KEY, max_retries=0, timeout=30)
+
+
+@pytest.mark.parametrize("asked", ["llama-3.1-8b", "llama-3.1-8b:fp8", "llama-3.1-8b:bf16"])
+def test_every_answer_names_the_model_the_client_asked_for(edge, asked):
+    c = client(edge)
+    chat = c.chat.completions.create(model=asked, messages=MSGS, max_tokens=3)
+    assert chat.model == asked
+    assert c.completions.create(model=asked, prompt="hi", max_tokens=2).model == asked
+    chunks = list(c.chat.completions.create(model=asked, messages=MSGS, max_tokens=3, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert chunks and {ch.model for ch in chunks} == {asked}  # the usage chunk included
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
+    raw = httpx.post(edge.url + "/v1/chat/completions", headers={"authorization": f"Bearer {KEY}"},
+                     json={"model": asked, "messages": MSGS, "max_tokens": 2, "stream": True}).text
+    assert '"model":"demo"' not in raw and f'"model":"{asked}"' in raw
+
+
+def test_models_retrieve_answers_a_visible_model_and_404s_the_rest(edge):
+    c = client(edge)
+    assert {m.id for m in c.models.list()} == {"llama-3.1-8b", "llama-3.1-8b:fp8"}
+    card = c.models.retrieve("llama-3.1-8b:fp8")
+    assert card.id == "llama-3.1-8b:fp8" and card.object == "model"
+    assert c.models.retrieve("llama-3.1-8b:bf16").id == "llama-3.1-8b"  # the default tier is the bare name
+    for missing in ("nope", "llama-3.1-8b:int4", "demo"):  # "demo" is only the engines' name
+        with pytest.raises(openai.NotFoundError) as exc:
+            c.models.retrieve(missing)
+        assert exc.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=edge.url + "/v1", api_key="nmb_nobody00_x", max_retries=0).models.retrieve("llama-3.1-8b")
+
+
+@pytest.mark.parametrize("field", ["made_up", "rid", "bootstrap_host", "custom_logit_processor", "input_ids"])
+def test_an_unknown_or_internal_field_is_a_400_naming_it(edge, field):
+    with pytest.raises(openai.BadRequestError) as exc:
+        client(edge).chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=2,
+                                             extra_body={field: "x"})
+    body = exc.value.body
+    assert body["param"] == field and body["code"] == "unrecognized_argument"
+    assert body["message"] == f"Unrecognized request argument supplied: {field}"
+
+
+def test_documented_extras_and_operator_allowed_fields_pass(edge):
+    c = client(edge)
+    extras = {"top_k": 5, "min_p": 0.1, "ignore_eos": True, "repetition_penalty": 1.1, "min_tokens": 1}
+    out = c.chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=3, extra_body=extras,
+                                    metadata={"team": "x"}, user="u1", seed=7)
+    assert out.usage.completion_tokens == 3
+    # lora_path is internal by default; this edge's operator allowed it (extra_request_fields)
+    assert c.completions.create(model="llama-3.1-8b", prompt="x", max_tokens=1,
+                                extra_body={"lora_path": None}).choices
+
+
+def test_field_sets_differ_by_endpoint_and_settings_parse_from_the_environment():
+    est = TokenEstimator()
+    validate(CHAT, {"model": "m", "messages": MSGS, "tools": []}, est)
+    with pytest.raises(errors.EdgeError) as exc:  # tools belong to chat, not to completions
+        validate(COMPLETION, {"model": "m", "prompt": "x", "tools": []}, est)
+    assert exc.value.status == 400 and exc.value.param == "tools"
+    validate(COMPLETION, {"model": "m", "prompt": "x", "suffix": "!", "echo": False}, est)
+    with pytest.raises(errors.EdgeError):
+        validate(CHAT, {"model": "m", "messages": MSGS, "suffix": "!"}, est)
+    settings = EdgeSettings().with_env({"NIMBUS_EDGE_EXTRA_REQUEST_FIELDS": "lora_path, session_params"})
+    assert settings.extra_request_fields == ("lora_path", "session_params")
+    validate(CHAT, {"model": "m", "messages": MSGS, "lora_path": "a"}, est,
+             extra_fields=frozenset(settings.extra_request_fields))
+
+
+def test_the_echo_rewrites_only_the_model_field():
+    rewrite = model_rewrite("llama-fp8", 'llama-3.1-8b:fp8')
+    assert model_rewrite("same", "same") is None
+    body = b'{"id":"x","model":"llama-fp8","choices":[{"text":"\\"model\\":\\"llama-fp8\\" said"}]}'
+    assert echo(body, rewrite) == body.replace(b'"model":"llama-fp8"', b'"model":"llama-3.1-8b:fp8"', 1)
+    assert echo(body, None) is body
