@@ -2,9 +2,11 @@
 token estimate).
 
 Pure functions; the caller turns ``EdgeError`` into an OpenAI-style 400. Whatever a client sends,
-the answer is a 4xx naming the ``param`` at fault, never a 5xx: every field the edge or an engine
-reads is type-checked here (ranges and meaning beyond that are the engine's to judge, and an
-engine's 4xx reaches the client as such)."""
+the answer is a 4xx naming the ``param`` at fault, never a 5xx: a field outside OpenAI's and SGLang's
+documented ones is refused, and every field the edge or an engine reads is checked here for its type
+and OpenAI's (or SGLang's) bounds (``structured`` does tools, tool_choice, response_format and
+logprobs); meaning beyond that is the engine's to judge, and an engine's 4xx reaches the client as
+such."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from dataplane.edge import errors
+from dataplane.edge import errors, structured
 from dataplane.edge.catalog import PRIORITIES
 
 CHAT = "chat"
@@ -143,7 +145,6 @@ OPTIONAL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "stop_token_ids": (lambda v: isinstance(v, list) and all(_is_int(x) for x in v), "an array of integers"),
     "seed": (_is_int, _INT),
     "user": (_is_text, _STR),
-    "top_logprobs": (_is_int, _INT),
     "top_k": (_is_int, _INT),
     "min_p": (_is_num, _NUM),
     "repetition_penalty": (_is_num, _NUM),
@@ -151,10 +152,6 @@ OPTIONAL_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "best_of": (_is_int, _INT),
     "logit_bias": (lambda v: isinstance(v, dict) and all(_is_num(x) for x in v.values()),
                    "an object of token ids to numbers"),
-    "response_format": (lambda v: isinstance(v, dict) and isinstance(v.get("type"), str),
-                        "an object with a string `type`"),
-    "tools": (_is_object_list, "an array of objects"),
-    "tool_choice": (lambda v: isinstance(v, str | dict), "a string or an object"),
     "suffix": (_is_text, _STR),
     "regex": (_is_text, _STR),
     "ebnf": (_is_text, _STR),
@@ -187,7 +184,7 @@ OPENAI_COMPLETION_FIELDS = frozenset({
 SGLANG_EXTRA_FIELDS = frozenset({
     "top_k", "min_p", "min_tokens", "regex", "ebnf", "json_schema", "repetition_penalty", "stop_token_ids",
     "stop_regex", "no_stop_trim", "ignore_eos", "continue_final_message", "skip_special_tokens",
-    "separate_reasoning", "stream_reasoning", "chat_template_kwargs",
+    "separate_reasoning", "stream_reasoning", "chat_template_kwargs", "response_format",
 })
 KNOWN_FIELDS = {
     CHAT: OPENAI_CHAT_FIELDS | SGLANG_EXTRA_FIELDS | frozenset(EDGE_ONLY_FIELDS),
@@ -299,14 +296,25 @@ def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_
         found = OPTIONAL_FIELDS.get(name)
         if found is not None and value is not None and not found[0](value):
             raise errors.bad_request(f"`{name}` must be {found[1]}, got {_kind(value)}.", param=name)
-    logprobs = body.get("logprobs")
-    if logprobs is not None and not (_is_bool(logprobs) if kind == CHAT else _is_int(logprobs)):
-        raise errors.bad_request(f"`logprobs` must be {_BOOL if kind == CHAT else _INT}, got {_kind(logprobs)}.",
-                                 param="logprobs")
+    structured.check_logprobs(body, kind == CHAT)
+    structured.check_response_format(body.get("response_format"))
+    if kind == CHAT:
+        structured.check_tool_choice(body.get("tool_choice"), structured.check_tools(body.get("tools")))
+        prompt_text = structured.tools_text(body.get("tools")) + prompt_text
     _number(body, "temperature", 0, 2)
     _number(body, "top_p", 0, 1)
     _number(body, "presence_penalty", -2, 2)
     _number(body, "frequency_penalty", -2, 2)
+    _number(body, "min_p", 0, 1)  # SGLang's own bounds for its extras
+    _number(body, "repetition_penalty", 0, 2)
+    top_k = body.get("top_k")
+    if top_k is not None and (top_k == 0 or top_k < -1):  # (its type is checked above)
+        raise errors.bad_request("`top_k` must be -1 (off) or a positive integer.", param="top_k")
+    if body.get("min_tokens") is not None and body["min_tokens"] < 0:
+        raise errors.bad_request("`min_tokens` must not be negative.", param="min_tokens")
+    seed = body.get("seed")
+    if seed is not None and not -2**63 <= seed < 2**63:
+        raise errors.bad_request("`seed` must fit in a signed 64-bit integer.", param="seed")
     n = body.get("n", 1)
     if type(n) is not int or not 1 <= n <= max_n:
         raise errors.bad_request(f"`n` must be an integer between 1 and {max_n}.", param="n")

@@ -108,3 +108,88 @@ def test_the_echo_rewrites_only_the_model_field():
     body = b'{"id":"x","model":"llama-fp8","choices":[{"text":"\\"model\\":\\"llama-fp8\\" said"}]}'
     assert echo(body, rewrite) == body.replace(b'"model":"llama-fp8"', b'"model":"llama-3.1-8b:fp8"', 1)
     assert echo(body, None) is body
+
+
+FN = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+# One bad value per field of the chat request (several for the structured ones); each must be a 400
+# naming the param.
+BAD_CHAT = [
+    ({"model": 5}, "model"),
+    ({"messages": "hi"}, "messages"),
+    ({"messages": [{"role": "user", "content": "x", "name": 3}]}, "messages[0].name"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"max_completion_tokens": "9"}, "max_completion_tokens"),
+    ({"temperature": 2.5}, "temperature"),
+    ({"top_p": -0.1}, "top_p"),
+    ({"n": 0}, "n"),
+    ({"stream": "yes"}, "stream"),
+    ({"stream_options": {"include_usage": "y"}}, "stream_options.include_usage"),
+    ({"stop": 123}, "stop"),
+    ({"stop_token_ids": 5}, "stop_token_ids"),
+    ({"seed": "abc"}, "seed"),
+    ({"seed": 2**64}, "seed"),
+    ({"user": 7}, "user"),
+    ({"logprobs": 1}, "logprobs"),
+    ({"top_logprobs": 3}, "top_logprobs"),  # without logprobs
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"presence_penalty": 3}, "presence_penalty"),
+    ({"frequency_penalty": -3}, "frequency_penalty"),
+    ({"logit_bias": {"1": "x"}}, "logit_bias"),
+    ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
+    ({"tools": {"type": "function"}}, "tools"),
+    ({"tools": [{"type": "retrieval"}]}, "tools[0].type"),
+    ({"tools": [{"type": "function"}]}, "tools[0].function"),
+    ({"tools": [{"type": "function", "function": {"name": "has space"}}]}, "tools[0].function.name"),
+    ({"tools": [FN, FN]}, "tools[1].function.name"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "{}"}}]}, "tools[0].function.parameters"),
+    ({"tool_choice": "always", "tools": [FN]}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "function": {"name": "other"}}, "tools": [FN]}, "tool_choice.function.name"),
+    ({"response_format": {"type": "xml"}}, "response_format.type"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "a b"}}}, "response_format.json_schema.name"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": []}}},
+     "response_format.json_schema.schema"),
+    ({"top_k": 0}, "top_k"),
+    ({"min_p": 1.5}, "min_p"),
+    ({"repetition_penalty": 3}, "repetition_penalty"),
+    ({"min_tokens": -1}, "min_tokens"),
+    ({"ignore_eos": "true"}, "ignore_eos"),
+    ({"priority": "urgent"}, "priority"),
+    ({"made_up": 1}, "made_up"),
+]
+BAD_COMPLETION = [
+    ({"prompt": 5}, "prompt"),
+    ({"logprobs": 6}, "logprobs"),
+    ({"logprobs": True}, "logprobs"),
+    ({"suffix": 1}, "suffix"),
+    ({"echo": "no"}, "echo"),
+    ({"best_of": "2"}, "best_of"),
+    ({"tools": [FN]}, "tools"),  # a chat field
+]
+
+
+@pytest.mark.parametrize(("kind", "patch", "param"), [("chat", p, q) for p, q in BAD_CHAT]
+                         + [("completion", p, q) for p, q in BAD_COMPLETION])
+def test_a_bad_value_of_any_field_is_a_400_naming_it(edge, kind, patch, param):
+    base = ({"model": "llama-3.1-8b", "messages": MSGS, "max_tokens": 2} if kind == "chat"
+            else {"model": "llama-3.1-8b", "prompt": "x", "max_tokens": 2})
+    path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
+    r = httpx.post(edge.url + path, json={**base, **patch}, headers={"authorization": f"Bearer {KEY}"}, timeout=10)
+    assert r.status_code == 400, (r.status_code, r.text)
+    error = r.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error", error
+
+
+def test_tools_count_in_the_prompt_estimate_and_valid_structured_requests_pass(edge):
+    est = TokenEstimator(4.0)
+    plain = validate(CHAT, {"model": "m", "messages": MSGS}, est)
+    tools = [{**FN, "function": {**FN["function"], "description": "d" * 4000}}]
+    with_tools = validate(CHAT, {"model": "m", "messages": MSGS, "tools": tools, "tool_choice": "auto"}, est)
+    assert with_tools.prompt_tokens_est >= plain.prompt_tokens_est + 1000
+    c = client(edge)
+    out = c.chat.completions.create(
+        model="llama-3.1-8b", messages=MSGS, max_tokens=2, tools=[FN],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False,
+        response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}})
+    assert out.choices
