@@ -122,6 +122,7 @@ class SimRequest:
     aborted: bool = False
     abort_message: str = "Client disconnected"
     log_metrics: bool = True  # False for health probes (SGLang sends them with log_metrics=False)
+    forced: list[str] | None = None  # constrained output: these pieces, then EOS (structured.py)
     priority: int = 0
     event: asyncio.Event = field(default_factory=asyncio.Event)
     # Called synchronously at every new token and at the end; the HTTP layer writes the
@@ -204,8 +205,10 @@ class SimEngine:
         request_seed: int | None = None,
         priority: int | None = None,
         log_metrics: bool = True,
+        forced: list[str] | None = None,
     ) -> SimRequest:
-        """Validate like SGLang's tokenizer manager and queue the request."""
+        """Validate like SGLang's tokenizer manager and queue the request. ``forced``: the output
+        text pieces a grammar allows (``structured.Constraint``), then end of sequence."""
         context = self.config.context_length
         if not prompt_ids:
             raise RequestError("The input is empty.")
@@ -243,6 +246,7 @@ class SimEngine:
             stream=stream,
             log_metrics=log_metrics,
             priority=priority if priority is not None and self.config.enable_priority_scheduling else 0,
+            forced=forced,
         )
         if log_metrics:
             self.metrics.num_requests += 1
@@ -511,10 +515,15 @@ class SimEngine:
             self._finish_running(req, {"type": "length", "length": 0}, now)
             return
         assert req.stream is not None
-        hit_eos = not req.ignore_eos and len(req.output_ids) + 1 >= req.natural_length
-        token = tokenizer.EOS_TOKEN_ID if hit_eos else req.stream.next_token()
+        if req.forced is not None:  # a grammar decides: its pieces, then the end of sequence
+            index = len(req.output_ids)
+            piece = req.forced[index] if index < len(req.forced) else ""
+            token = tokenizer.piece_id(piece) if piece else tokenizer.EOS_TOKEN_ID
+        else:
+            hit_eos = not req.ignore_eos and len(req.output_ids) + 1 >= req.natural_length
+            token = tokenizer.EOS_TOKEN_ID if hit_eos else req.stream.next_token()
+            piece = tokenizer.token_text(token)
         req.output_ids.append(token)
-        piece = tokenizer.token_text(token)
         req.pieces.append(piece)
         if req.log_metrics:
             self.metrics.generation_tokens += 1

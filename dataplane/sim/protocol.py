@@ -9,7 +9,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from . import tokenizer
+from . import structured, tokenizer
 from .engine import SimRequest
 
 
@@ -38,6 +38,21 @@ class GenerationSpec:
     ignore_eos: bool = False
     seed: int | None = None
     priority: int | None = None
+    forced: list[str] | None = None  # constrained output pieces (structured.Constraint)
+
+
+@dataclass(frozen=True)
+class OpenAIOptions:
+    """What an OpenAI response needs besides the engine's output: the echo fields, ``n``, the
+    log-probabilities asked for (None: none), and the constraint per choice (a tool call or a
+    JSON format)."""
+
+    model: str
+    stream: bool
+    include_usage: bool
+    n: int = 1
+    logprobs: int | None = None  # chat: top_logprobs (0 with plain logprobs); completions: logprobs
+    constraints: tuple[structured.Constraint | None, ...] = (None,)
 
 
 def _stop_list(value) -> tuple[str, ...]:
@@ -165,8 +180,14 @@ def generate_payload(req: SimRequest, output_ids: list[int] | None = None, text:
 
 
 # -- OpenAI ------------------------------------------------------------------------------------
-def parse_openai(body: dict, chat: bool) -> tuple[GenerationSpec, dict]:
-    """Returns the spec and the echo fields (model, stream flags) a response needs."""
+def choice_seed(seed: int | None, index: int) -> int | None:
+    """The sampling seed of choice ``index`` of an ``n > 1`` request: choices differ, and each is
+    reproducible with the request's seed."""
+    return seed if index == 0 else (seed or 0) ^ (index * 0x9E3779B1)
+
+
+def parse_openai(body: dict, chat: bool, engine_seed: int = 0) -> tuple[list[GenerationSpec], OpenAIOptions]:
+    """One spec per choice (``n``) and the options a response needs."""
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -184,32 +205,48 @@ def parse_openai(body: dict, chat: bool) -> tuple[GenerationSpec, dict]:
         else:
             raise BadRequest("prompt must be a string or a list of token ids")
         max_new = _int_or_none(body.get("max_tokens", 16), "max_tokens")
-    if body.get("n", 1) not in (1, None):
-        raise BadRequest("n > 1 is not supported by the simulator")
+    n = _int_or_none(body.get("n"), "n") or 1
+    if n < 1:
+        raise BadRequest("n must be at least 1")
+    if chat:
+        logprobs = (_int_or_none(body.get("top_logprobs"), "top_logprobs") or 0) if body.get("logprobs") else None
+    else:
+        logprobs = _int_or_none(body.get("logprobs"), "logprobs")
     stream_options = body.get("stream_options") or {}
-    echo = {
-        "model": body.get("model") or "default",
-        "stream": bool(body.get("stream", False)),
-        "include_usage": bool(stream_options.get("include_usage", False)),
-    }
-    spec = GenerationSpec(
-        prompt_ids=prompt_ids,
-        max_new_tokens=max_new,
-        stop=_stop_list(body.get("stop")),
-        stop_token_ids=_openai_stop_token_ids(body.get("stop_token_ids")),
-        ignore_eos=bool(body.get("ignore_eos", False)),
-        seed=_int_or_none(body.get("seed"), "seed"),
-        priority=priority_field(body),
+    seed = _int_or_none(body.get("seed"), "seed")
+    specs, constraints = [], []
+    for index in range(n):
+        constraint = structured.constraint_for(body, engine_seed ^ (choice_seed(seed, index) or 0), prompt_ids)
+        constraints.append(constraint)
+        specs.append(GenerationSpec(
+            prompt_ids=prompt_ids,
+            max_new_tokens=max_new,
+            stop=_stop_list(body.get("stop")),
+            stop_token_ids=_openai_stop_token_ids(body.get("stop_token_ids")),
+            ignore_eos=bool(body.get("ignore_eos", False)),
+            seed=choice_seed(seed, index),
+            priority=priority_field(body),
+            forced=constraint.pieces() if constraint is not None else None,
+        ))
+    options = OpenAIOptions(
+        model=body.get("model") or "default",
+        stream=bool(body.get("stream", False)),
+        include_usage=bool(stream_options.get("include_usage", False)),
+        n=n, logprobs=logprobs, constraints=tuple(constraints),
     )
-    return spec, echo
+    return specs, options
 
 
 def openai_id(chat: bool) -> str:
     return ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
 
 
-def usage(req: SimRequest) -> dict:
-    prompt, completion = len(req.prompt_ids), len(req.output_ids)
+def usage(reqs: SimRequest | list[SimRequest]) -> dict:
+    """One request's usage, or an ``n > 1`` request's: the prompt once (SGLang counts it once), the
+    completions summed."""
+    reqs = [reqs] if isinstance(reqs, SimRequest) else reqs
+    prompt, completion = len(reqs[0].prompt_ids), sum(len(r.output_ids) for r in reqs)
+    cached = reqs[0].cached_tokens
     return {
         "prompt_tokens": prompt,
         "total_tokens": prompt + completion,
@@ -217,8 +254,30 @@ def usage(req: SimRequest) -> dict:
         # SGLang (usage_processor.py): details only when cached tokens > 0, else null. It also needs
         # --enable-cache-report; the simulator reports without it (a documented deviation: benches
         # that start simulators directly read the hit rate from here).
-        "prompt_tokens_details": {"cached_tokens": req.cached_tokens} if req.cached_tokens > 0 else None,
+        "prompt_tokens_details": {"cached_tokens": cached} if cached > 0 else None,
     }
+
+
+def tool_call_id(req: SimRequest) -> str:
+    return "call_" + uuid.uuid5(uuid.NAMESPACE_OID, req.rid).hex[:24]
+
+
+def answers_with_tool_call(req: SimRequest, constraint: structured.Constraint | None, finish: str | None) -> bool:
+    """Does this choice answer with a tool call? Only a complete one: a call cut by max_tokens is
+    not parseable, and SGLang's parser then leaves the text as content."""
+    return constraint is not None and constraint.kind == "tool_call" and finish == "stop"
+
+
+def choice_logprobs(req: SimRequest, chat: bool, top: int | None, start: int = 0, end: int | None = None,
+              text_offset: int = 0) -> dict | None:
+    if top is None:
+        return None
+    pieces, ids = req.pieces[start:end], req.output_ids[start:end]
+    if ids and ids[-1] == tokenizer.EOS_TOKEN_ID and req.done:  # the end of sequence is not a token shown
+        pieces, ids = pieces[:-1], ids[:-1]
+    if chat:
+        return structured.chat_logprobs(pieces, ids, start, top)
+    return structured.completion_logprobs(pieces, ids, start, top, text_offset)
 
 
 def openai_finish(req: SimRequest) -> tuple[str | None, object]:
@@ -228,41 +287,59 @@ def openai_finish(req: SimRequest) -> tuple[str | None, object]:
     return reason["type"], reason.get("matched")
 
 
-def openai_response(req: SimRequest, cid: str, model: str, chat: bool, created: int) -> dict:
-    finish, matched = openai_finish(req)
-    text = req.text()
-    if chat:
-        choice = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None},
-            "logprobs": None,
-            "finish_reason": finish,
-            "matched_stop": matched,
-        }
-    else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+def openai_response(reqs: SimRequest | list[SimRequest], cid: str, model: str, chat: bool, created: int,
+                    options: OpenAIOptions | None = None) -> dict:
+    reqs = [reqs] if isinstance(reqs, SimRequest) else reqs
+    options = options or OpenAIOptions(model, False, False)
+    choices = []
+    for index, req in enumerate(reqs):
+        finish, matched = openai_finish(req)
+        text = req.text()
+        constraint = options.constraints[index] if index < len(options.constraints) else None
+        logprobs = choice_logprobs(req, chat, options.logprobs)
+        if chat:
+            message: dict = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None}
+            if answers_with_tool_call(req, constraint, finish):
+                assert constraint is not None
+                message["content"] = None
+                message["tool_calls"] = [{"id": tool_call_id(req), "index": 0, "type": "function",
+                                          "function": {"name": constraint.tool, "arguments": text}}]
+                finish = "tool_calls"
+            choices.append({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish,
+                            "matched_stop": matched})
+        else:
+            choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish,
+                            "matched_stop": matched})
     return {
         "id": cid,
         "object": "chat.completion" if chat else "text_completion",
         "created": created,
         "model": model,
-        "choices": [choice],
-        "usage": usage(req),
+        "choices": choices,
+        "usage": usage(reqs),
     }
 
 
 def openai_chunk(cid: str, model: str, chat: bool, created: int, delta: str | None, req: SimRequest | None,
-                 first: bool = False, final: bool = False) -> dict:
-    finish, matched = openai_finish(req) if final and req is not None else (None, None)
+                 first: bool = False, final: bool = False, index: int = 0, logprobs: dict | None = None,
+                 tool_calls: list[dict] | None = None, finish: str | None = None) -> dict:
+    matched = None
+    if final and req is not None:
+        reason, matched = openai_finish(req)
+        finish = finish or reason
     if chat:
         content: dict = {}
         if first:
             content["role"] = "assistant"
         if delta is not None:
             content["content"] = delta
-        choice = {"index": 0, "delta": content, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+        if tool_calls is not None:
+            content["tool_calls"] = tool_calls
+        choice = {"index": index, "delta": content, "logprobs": logprobs, "finish_reason": finish,
+                  "matched_stop": matched}
     else:
-        choice = {"index": 0, "text": delta or "", "logprobs": None, "finish_reason": finish, "matched_stop": matched}
+        choice = {"index": index, "text": delta or "", "logprobs": logprobs, "finish_reason": finish,
+                  "matched_stop": matched}
     return {
         "id": cid,
         "object": "chat.completion.chunk" if chat else "text_completion",
@@ -272,7 +349,7 @@ def openai_chunk(cid: str, model: str, chat: bool, created: int, delta: str | No
     }
 
 
-def openai_usage_chunk(cid: str, model: str, chat: bool, created: int, req: SimRequest) -> dict:
+def openai_usage_chunk(cid: str, model: str, chat: bool, created: int, req: SimRequest | list[SimRequest]) -> dict:
     return {
         "id": cid,
         "object": "chat.completion.chunk" if chat else "text_completion",

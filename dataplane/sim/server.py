@@ -168,7 +168,7 @@ class SimServer:
     def _submit(self, spec: protocol.GenerationSpec, rid: str | None = None) -> SimRequest:
         return self.engine.new_request(
             spec.prompt_ids, spec.max_new_tokens, spec.stop, spec.stop_token_ids, spec.ignore_eos, rid, spec.seed,
-            priority=spec.priority,
+            priority=spec.priority, forced=spec.forced,
         )
 
     def _abort_on_disconnect(self, req: http.Request, sims: list[SimRequest]) -> None:
@@ -379,9 +379,16 @@ class SimServer:
         if reason:
             req.json(503, protocol.openai_error(reason, 503, "ServiceUnavailableError"))
             return
+        sims: list[SimRequest] = []
         try:
-            spec, echo = protocol.parse_openai(self._parse_body(req.body), chat)
-            sim = self._submit(spec)
+            specs, options = protocol.parse_openai(self._parse_body(req.body), chat, self.config.seed)
+            try:
+                for spec in specs:  # n > 1: one engine request per choice, as SGLang's parallel sampling
+                    sims.append(self._submit(spec))
+            except RequestError:
+                for sim in sims:  # a later choice was refused (queue full): the earlier ones go too
+                    self.engine.abort(sim)
+                raise
         except protocol.ValidationFailed as exc:
             req.json(400, protocol.openai_error(str(exc), 400, "Bad Request"))
             return
@@ -392,18 +399,20 @@ class SimServer:
         except protocol.BadRequest as exc:
             req.json(400, protocol.openai_error(str(exc), 400))
             return
-        self._abort_on_disconnect(req, [sim])
+        self._abort_on_disconnect(req, sims)
         cid, created, model = protocol.openai_id(chat), protocol.now_seconds(), self.config.served_model_name
-        if echo["stream"]:
+        if options.stream:
             req.start_sse()
-            sim.listener = OpenAIStream(req, cid, model, chat, created, echo["include_usage"],
-                                        self.config.stream_interval)
+            group = OpenAIStreamGroup(req, cid, model, chat, created, options, sims)
+            for index, sim in enumerate(sims):
+                sim.listener = OpenAIStream(group, index, self.config.stream_interval)
             return
-        await self._when_done([sim])
-        if self._aborted(sim):
-            req.json(400, protocol.openai_error(sim.finish_reason["message"], 400))
+        await self._when_done(sims)
+        aborted = next((sim for sim in sims if self._aborted(sim)), None)
+        if aborted is not None:
+            req.json(400, protocol.openai_error(aborted.finish_reason["message"], 400))
             return
-        req.json(200, protocol.openai_response(sim, cid, model, chat, created))
+        req.json(200, protocol.openai_response(sims, cid, model, chat, created, options))
 
     # -- simulator admin ---------------------------------------------------------------------
     async def faults_get(self, req: http.Request) -> None:
@@ -473,25 +482,51 @@ class NativeStream:
             self.req.sse_done()
 
 
-class OpenAIStream:
-    """OpenAI SSE: role chunk (chat), text deltas, a finish chunk, the usage chunk if asked."""
+class OpenAIStreamGroup:
+    """The shared end of one OpenAI stream: ``n`` choices write into it, each with its index; the
+    usage chunk (all choices summed) and ``[DONE]`` follow the last choice's finish chunk."""
 
-    __slots__ = ("chat", "cid", "created", "include_usage", "interval", "model", "prefix", "req", "sent_pieces",
-                 "sent_text", "sent_tokens", "suffix")
+    __slots__ = ("chat", "cid", "created", "finished", "model", "options", "req", "sims")
+
+    def __init__(self, req: http.Request, cid: str, model: str, chat: bool, created: int,
+                 options: protocol.OpenAIOptions, sims: list[SimRequest]):
+        self.req, self.cid, self.model, self.chat, self.created = req, cid, model, chat, created
+        self.options, self.sims, self.finished = options, sims, 0
+
+    def chunk(self, index: int, delta: str | None, req: SimRequest | None = None, **kw) -> dict:
+        return protocol.openai_chunk(self.cid, self.model, self.chat, self.created, delta, req, index=index, **kw)
+
+    def choice_done(self) -> None:
+        self.finished += 1
+        if self.finished < len(self.sims):
+            return
+        if self.options.include_usage:
+            self.req.sse(protocol.openai_usage_chunk(self.cid, self.model, self.chat, self.created, self.sims))
+        self.req.sse_done()
+
+
+class OpenAIStream:
+    """One choice of an OpenAI SSE stream: role chunk (chat), text deltas (with their logprobs when
+    asked, or as tool-call argument deltas the way SGLang's parser streams them), a finish chunk."""
+
+    __slots__ = ("constraint", "group", "index", "interval", "plain", "prefix", "sent_pieces", "sent_text",
+                 "sent_tokens", "suffix")
 
     _MARK = "\x00delta\x00"
 
-    def __init__(self, req: http.Request, cid: str, model: str, chat: bool, created: int, include_usage: bool,
-                 interval: int):
-        self.req, self.cid, self.model, self.chat, self.created = req, cid, model, chat, created
-        self.include_usage, self.interval = include_usage, interval
+    def __init__(self, group: OpenAIStreamGroup, index: int, interval: int):
+        self.group, self.index, self.interval = group, index, interval
         self.sent_text = self.sent_tokens = self.sent_pieces = 0
-        # Every mid-stream chunk is the same JSON but for the delta: encode it once, split
+        options = group.options
+        self.constraint = options.constraints[index] if index < len(options.constraints) else None
+        self.plain = options.logprobs is None and not (self.constraint is not None and self.constraint.kind == "tool_call"
+                                                       and group.chat)
+        # Every plain mid-stream chunk is the same JSON but for the delta: encode it once, split
         # around the delta, and per token only encode the delta string.
-        template = b"data: " + _encode(protocol.openai_chunk(cid, model, chat, created, self._MARK, None)) + b"\n\n"
+        template = b"data: " + _encode(group.chunk(index, self._MARK)) + b"\n\n"
         self.prefix, self.suffix = template.split(_encode(self._MARK))
-        if chat:  # OpenAI (and SGLang) open a chat stream with the role
-            req.sse(protocol.openai_chunk(cid, model, chat, created, "", None, first=True))
+        if group.chat:  # OpenAI (and SGLang) open a chat stream with the role
+            group.req.sse(group.chunk(index, "", first=True))
 
     def _delta(self, sim: SimRequest) -> str:
         # Join only the new pieces: re-joining the whole text per token would be quadratic.
@@ -507,18 +542,30 @@ class OpenAIStream:
         count = len(sim.output_ids)
         if not sim.done and count - self.sent_tokens < self.interval:
             return
+        group, start = self.group, self.sent_tokens
         self.sent_tokens = count
         if SimServer._aborted(sim):
-            self.req.sse({"error": protocol.openai_error(sim.finish_reason["message"], 400)})
-            self.req.sse_done()
+            group.req.sse({"error": protocol.openai_error(sim.finish_reason["message"], 400)})
+            group.req.sse_done()
             return
+        text_before = self.sent_text
         delta = self._delta(sim)
-        if delta:
-            self.req.sse_raw(self.prefix + _encode(delta) + self.suffix)
+        if delta and self.plain:
+            group.req.sse_raw(self.prefix + _encode(delta) + self.suffix)
+        elif delta:
+            logprobs = protocol.choice_logprobs(sim, group.chat, group.options.logprobs, start, count, text_before)
+            if self.constraint is not None and self.constraint.kind == "tool_call" and group.chat:
+                call: dict = {"index": 0, "function": {"arguments": delta}}
+                if text_before == 0:  # the first delta names the call
+                    call.update(id=protocol.tool_call_id(sim), type="function")
+                    call["function"] = {"name": self.constraint.tool, "arguments": delta}
+                group.req.sse(group.chunk(self.index, None, tool_calls=[call], logprobs=logprobs))
+            else:
+                group.req.sse(group.chunk(self.index, delta, logprobs=logprobs))
         if not sim.done:
             return
-        self.req.sse(protocol.openai_chunk(self.cid, self.model, self.chat, self.created,
-                                           None if self.chat else "", sim, final=True))
-        if self.include_usage:
-            self.req.sse(protocol.openai_usage_chunk(self.cid, self.model, self.chat, self.created, sim))
-        self.req.sse_done()
+        finish, _ = protocol.openai_finish(sim)
+        called = protocol.answers_with_tool_call(sim, self.constraint, finish) and group.chat
+        group.req.sse(group.chunk(self.index, None if group.chat else "", sim, final=True,
+                                  finish="tool_calls" if called else None))
+        group.choice_done()

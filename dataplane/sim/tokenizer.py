@@ -54,6 +54,13 @@ def encode(text: str) -> list[int]:
     return [offset + zlib.crc32(piece.encode()) % span for piece in _PIECE.findall(text)]
 
 
+def piece_id(piece: str) -> int:
+    """One id for a piece of constrained output (which need not be a whole word); stable, in the
+    input range, so it never decodes as a generated word: the request's pieces carry its text."""
+    span = VOCAB_SIZE - 2 * _OUTPUT_VOCAB_BASE - len(OUTPUT_WORDS)
+    return _OUTPUT_VOCAB_BASE + len(OUTPUT_WORDS) + zlib.crc32(piece.encode()) % span
+
+
 def decode(token_ids: Iterable[int]) -> str:
     """Output ids -> text. Ids outside the output vocabulary (prompt ids) render as ``<id>``."""
     return "".join(token_text(t) for t in token_ids)

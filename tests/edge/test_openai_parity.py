@@ -193,3 +193,109 @@ def test_tools_count_in_the_prompt_estimate_and_valid_structured_requests_pass(e
         tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False,
         response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}})
     assert out.choices
+
+
+# ---- the simulator speaks tools, JSON schemas, logprobs and n, so the SDK can test them end to end ----
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather",
+    "parameters": {"type": "object", "required": ["city", "unit", "days"], "properties": {
+        "city": {"type": "string", "minLength": 2},
+        "unit": {"enum": ["celsius", "fahrenheit"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+        "hourly": {"type": "boolean"},
+        "stations": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 3}}}}}
+REPORT = {"type": "object", "required": ["title", "score", "tags", "author"], "properties": {
+    "title": {"type": "string"}, "score": {"type": "number", "minimum": 0, "maximum": 1},
+    "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}, "minItems": 2},
+    "author": {"anyOf": [{"type": "object", "properties": {"name": {"type": "string"}}}, {"type": "null"}]}},
+    "$defs": {"tag": {"type": "string", "enum": ["a", "b", "c"]}}}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_a_required_tool_call_comes_back_with_arguments_valid_against_its_schema(edge, choice):
+    import json
+
+    import jsonschema
+
+    c = client(edge)
+    out = c.chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=400, tools=[WEATHER],
+                                    tool_choice=choice)
+    (call,) = out.choices[0].message.tool_calls
+    assert out.choices[0].finish_reason == "tool_calls" and out.choices[0].message.content is None
+    assert call.type == "function" and call.function.name == "get_weather" and call.id.startswith("call_")
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    assert out.usage.completion_tokens > 5  # the arguments were generated token by token
+
+    # Streamed: the first delta names the call, the rest carry its arguments, as SGLang streams them.
+    chunks = list(c.chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=400, tools=[WEATHER],
+                                            tool_choice=choice, stream=True))
+    deltas = [d for ch in chunks for d in (ch.choices[0].delta.tool_calls or []) if ch.choices]
+    assert deltas[0].id.startswith("call_") and deltas[0].function.name == "get_weather"
+    assert all(d.id is None for d in deltas[1:]) and len(deltas) > 3
+    assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "tool_calls"
+
+
+def test_tool_choice_auto_and_none_answer_in_text(edge):
+    for choice in ("auto", "none"):
+        out = client(edge).chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=4,
+                                                   tools=[WEATHER], tool_choice=choice)
+        assert out.choices[0].message.tool_calls is None and out.choices[0].message.content
+
+
+def test_a_json_schema_response_is_valid_against_the_schema_streamed_or_not(edge):
+    import json
+
+    import jsonschema
+
+    c = client(edge)
+    fmt = {"type": "json_schema", "json_schema": {"name": "report", "schema": REPORT, "strict": True}}
+    out = c.chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=500, response_format=fmt)
+    jsonschema.validate(json.loads(out.choices[0].message.content), REPORT)
+    assert out.choices[0].finish_reason == "stop"
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+        model="llama-3.1-8b", messages=MSGS, max_tokens=500, response_format=fmt, stream=True) if ch.choices)
+    assert streamed == out.choices[0].message.content  # same request, same answer
+    obj = c.chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=100,
+                                    response_format={"type": "json_object"})
+    assert isinstance(json.loads(obj.choices[0].message.content), dict)
+    cut = c.chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=3, response_format=fmt)
+    assert cut.choices[0].finish_reason == "length"  # a schema cut by max_tokens is not valid JSON, as on SGLang
+
+
+def test_logprobs_and_top_logprobs(edge):
+    c = client(edge)
+    out = c.chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=5, logprobs=True,
+                                    top_logprobs=3, extra_body={"ignore_eos": True})
+    content = out.choices[0].logprobs.content
+    assert len(content) == 5 and "".join(t.token for t in content) == out.choices[0].message.content
+    for t in content:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 3 and t.top_logprobs[0].token == t.token
+        assert [a.logprob for a in t.top_logprobs] == sorted((a.logprob for a in t.top_logprobs), reverse=True)
+    streamed = [lp for ch in c.chat.completions.create(
+        model="llama-3.1-8b", messages=MSGS, max_tokens=5, logprobs=True, top_logprobs=3, stream=True,
+        extra_body={"ignore_eos": True}) if ch.choices and ch.choices[0].logprobs for lp in ch.choices[0].logprobs.content]
+    assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in content]
+    comp = c.completions.create(model="llama-3.1-8b", prompt="hi", max_tokens=4, logprobs=2,
+                                extra_body={"ignore_eos": True})
+    lp = comp.choices[0].logprobs
+    assert len(lp.tokens) == 4 and "".join(lp.tokens) == comp.choices[0].text and len(lp.top_logprobs[0]) == 2
+    assert lp.text_offset[0] == 0 and lp.text_offset[1] == len(lp.tokens[0])
+
+
+def test_n_choices_differ_and_are_counted_in_usage(edge):
+    c = client(edge)
+    out = c.chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=6, n=2,
+                                    extra_body={"ignore_eos": True})
+    assert [ch.index for ch in out.choices] == [0, 1]
+    assert out.choices[0].message.content != out.choices[1].message.content
+    assert out.usage.completion_tokens == 12
+    chunks = list(c.chat.completions.create(model="llama-3.1-8b", messages=MSGS, max_tokens=6, n=2, stream=True,
+                                            stream_options={"include_usage": True}, extra_body={"ignore_eos": True}))
+    texts = {i: "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices and ch.choices[0].index == i)
+             for i in (0, 1)}
+    assert texts == {0: out.choices[0].message.content, 1: out.choices[1].message.content}
+    assert chunks[-1].usage.completion_tokens == 12
+    finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+    assert finishes == ["length", "length"]
