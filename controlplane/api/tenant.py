@@ -17,10 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.api.admin.tenants import LimitParam, OffsetParam
 from controlplane.api.deps import provide_tenant, tenant_guard
-from controlplane.api.routing import delete, get, post
+from controlplane.api.routing import delete, get, patch, post
 from controlplane.db.types import utcnow
 from controlplane.schemas.common import Page
-from controlplane.schemas.tenancy import KeyCreate, KeyCreated, KeyOut, TenantOut
+from controlplane.schemas.tenancy import KeyCreate, KeyCreated, KeyOut, KeyUpdate, TenantOut
 from controlplane.schemas.usage import Granularity, TenantModelOut, UsageReport
 from controlplane.services import catalog_views, keys, tenants, usage
 from controlplane.services.principal import Principal
@@ -55,6 +55,10 @@ class TenantSelfController(Controller):
     async def create_key(self, db: AsyncSession, principal: Principal, data: KeyCreate) -> KeyCreated:
         key, secret = await keys.create(db, principal, principal.tenant_id, data)
         return KeyCreated(key=keys.key_out(key), secret=secret)
+
+    @patch("/keys/{key_id:uuid}")
+    async def update_key(self, db: AsyncSession, principal: Principal, key_id: uuid.UUID, data: KeyUpdate) -> KeyOut:
+        return keys.key_out(await keys.change(db, principal, principal.tenant_id, key_id, data))
 
     @delete("/keys/{key_id:uuid}", status_code=200)
     async def revoke_key(self, request: Request, db: AsyncSession, principal: Principal, key_id: uuid.UUID) -> KeyOut:

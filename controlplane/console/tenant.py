@@ -33,6 +33,21 @@ EXPIRY_CHOICES = {"never": None, "7d": dt.timedelta(days=7), "30d": dt.timedelta
                   "90d": dt.timedelta(days=90)}
 
 
+# The create-key form's model checkboxes are fields named MODEL_FIELD + "name" or "name:tier".
+MODEL_FIELD = "model__"
+
+
+def model_choices(models: list) -> list[tuple[str, str]]:
+    """(value, label) per allowlist entry the form offers: each model (every tier), and each tier of
+    a model that has several."""
+    out = []
+    for m in models:
+        out.append((m.name, f"{m.name} (every tier)" if len(m.tiers) > 1 else m.name))
+        if len(m.tiers) > 1:
+            out += [(f"{m.name}:{t}", f"{m.name}:{t}") for t in m.tiers]
+    return out
+
+
 def _pct(v: float) -> str:
     return f"{v * 100:.0f}%"
 
@@ -151,9 +166,10 @@ class TenantConsoleController(Controller):
     async def _keys_page(self, db: AsyncSession, live: sessions.Live, status_code: int = 200, **extra) -> Response:
         rows, _ = await keys.list_for_tenant(db, live.row.tenant_id, include_revoked=True, limit=200, offset=0)
         rows.sort(key=lambda k: (k.revoked_at is not None, k.created_at), reverse=False)
+        models = await catalog_views.models_for_tenant(db, live.row.tenant_id)
         return page("keys.html", live, status_code=status_code, nav="keys", tenant=await self._tenant(db, live),
                     keys=[keys.key_out(k) for k in rows], expiry_choices=list(EXPIRY_CHOICES),
-                    can_manage="manage" in live.row.scopes, **extra)
+                    model_choices=model_choices(models), can_manage="manage" in live.row.scopes, **extra)
 
     @get("/keys")
     async def keys_page(self, db: AsyncSession, live: sessions.Live,
@@ -168,8 +184,9 @@ class TenantConsoleController(Controller):
         try:
             if not scopes:
                 raise Invalid("choose at least one scope", [FieldError("scopes", "choose at least one")])
+            allowed = sorted(k[len(MODEL_FIELD):] for k in form if k.startswith(MODEL_FIELD))
             body = KeyCreate(name=form.get("name", "").strip()[:200], scopes=scopes,
-                             expires_at=utcnow() + expiry if expiry else None)
+                             expires_at=utcnow() + expiry if expiry else None, allowed_models=allowed or None)
             key, secret = await keys.create(db, live.principal, live.row.tenant_id, body)
         except ServiceError as exc:
             return await self._keys_page(db, live, status_code=exc.status, error=exc.detail)

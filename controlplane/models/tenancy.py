@@ -45,6 +45,9 @@ class ApiKey(UUIDPrimaryKey, Timestamps, Base):
     prefix: Mapped[str] = mapped_column(String(16), unique=True)
     sha256: Mapped[str] = mapped_column(String(64), unique=True)
     scopes: Mapped[list[str]] = mapped_column(JSONType, default=lambda: ["inference"])
+    # Models the key may call: "name" (every tier) or "name:tier"; NULL: every model its tenant may use.
+    # Enforced by the edge (the snapshot carries it), where a model outside it does not exist.
+    allowed_models: Mapped[list[str] | None] = mapped_column(JSONType, nullable=True, default=None)
     priority: Mapped[Priority] = mapped_column(db_enum(Priority), default=Priority.interactive)
     expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

@@ -57,6 +57,11 @@ class TenantOut(msgspec.Struct):
     suspended_at: dt.datetime | None
 
 
+# "name" (every tier of the model) or "name:tier"; the names the inference API accepts.
+ModelRef = Annotated[str, msgspec.Meta(min_length=1, max_length=145, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*(:[a-z0-9]+)?$")]
+ModelAllowlist = Annotated[list[ModelRef], msgspec.Meta(min_length=1, max_length=200)]
+
+
 class KeyCreate(msgspec.Struct, forbid_unknown_fields=True):
     name: Text200 = ""
     scopes: Annotated[list[Scope], msgspec.Meta(min_length=1, max_length=2)] = msgspec.field(
@@ -64,6 +69,14 @@ class KeyCreate(msgspec.Struct, forbid_unknown_fields=True):
     )
     priority: PriorityName = "interactive"
     expires_at: dt.datetime | None = None
+    allowed_models: ModelAllowlist | None = None  # None: every model the tenant may use
+
+
+class KeyUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    """PATCH: only the fields sent change. ``allowed_models: null`` lifts the allowlist."""
+
+    name: Text200 | msgspec.UnsetType = msgspec.UNSET
+    allowed_models: ModelAllowlist | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class KeyOut(msgspec.Struct):
@@ -77,6 +90,7 @@ class KeyOut(msgspec.Struct):
     expires_at: dt.datetime | None
     revoked_at: dt.datetime | None
     last_used_at: dt.datetime | None
+    allowed_models: list[str] | None = None
 
 
 class KeyCreated(msgspec.Struct):

@@ -81,6 +81,7 @@ def build(session: Session) -> dict:
                 "scopes": list(k.scopes),
                 "expires_at": _iso(k.expires_at),
                 "priority": k.priority.value,
+                "allowed_models": k.allowed_models,
             }
             for k in keys
         ],

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 import uuid
 
+import msgspec
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from controlplane.db.types import utcnow
-from controlplane.models import ApiKey, Priority, Tenant, TenantStatus
-from controlplane.schemas.tenancy import KeyCreate, KeyOut
+from controlplane.models import ApiKey, Model, ModelVariant, Priority, Tenant, TenantStatus
+from controlplane.schemas.tenancy import KeyCreate, KeyOut, KeyUpdate
 from controlplane.services import audit
 from controlplane.services.errors import FieldError, Forbidden, Invalid, NotFound, Unauthorized
 from controlplane.services.pagination import paginate
@@ -33,7 +34,28 @@ def key_out(k: ApiKey) -> KeyOut:
         expires_at=k.expires_at,
         revoked_at=k.revoked_at,
         last_used_at=k.last_used_at,
+        allowed_models=list(k.allowed_models) if k.allowed_models is not None else None,
     )
+
+
+async def checked_allowlist(session: AsyncSession, refs: list[str] | None) -> list[str] | None:
+    """The allowlist as stored (deduplicated, sorted), or Invalid naming every entry that names no
+    model ("name") or no tier of one ("name:tier"). None stays None: every model."""
+    if refs is None:
+        return None
+    known = {name: set() for name in await session.scalars(select(Model.name))}
+    for name, tier in await session.execute(select(Model.name, ModelVariant.tier).join(ModelVariant.model)):
+        known[name].add(tier)
+    problems = []
+    for i, ref in enumerate(refs):
+        name, _, tier = ref.partition(":")
+        if name not in known:
+            problems.append(FieldError(f"allowed_models[{i}]", f"no model named '{name}'"))
+        elif tier and tier not in known[name]:
+            problems.append(FieldError(f"allowed_models[{i}]", f"model '{name}' has no tier '{tier}'"))
+    if problems:
+        raise Invalid("allowed_models names models that do not exist", problems)
+    return sorted(set(refs))
 
 
 async def create(
@@ -55,12 +77,31 @@ async def create(
         scopes=sorted(set(body.scopes)),
         priority=Priority(body.priority),
         expires_at=body.expires_at,
+        allowed_models=await checked_allowlist(session, body.allowed_models),
         created_by=principal.actor,
     )
     session.add(key)
     await session.flush()
     audit.record(session, principal, "key.create", key, after=audit.snapshot(key), tenant_id=tenant_id)
     return key, secret
+
+
+async def change(session: AsyncSession, principal: Principal, tenant_id: uuid.UUID, key_id: uuid.UUID,
+                 body: KeyUpdate) -> ApiKey:
+    """Rename a key or change its model allowlist; it reaches the edges with their next snapshot."""
+    key = await session.scalar(select(ApiKey).where(ApiKey.id == key_id, ApiKey.tenant_id == tenant_id))
+    if key is None:
+        raise NotFound("key", key_id)
+    if key.revoked_at is not None:
+        raise Invalid("a revoked key cannot be changed", [FieldError("key_id", "revoked")])
+    before = audit.snapshot(key)
+    if body.name is not msgspec.UNSET:
+        key.name = body.name
+    if body.allowed_models is not msgspec.UNSET:
+        key.allowed_models = await checked_allowlist(session, body.allowed_models)
+    await session.flush()
+    audit.record(session, principal, "key.update", key, before=before, after=audit.snapshot(key), tenant_id=tenant_id)
+    return key
 
 
 async def list_for_tenant(

@@ -53,6 +53,14 @@ class ApiKey:
     scopes: tuple[str, ...]
     expires_at: datetime | None
     priority: str
+    # "name" (every tier) or "name:tier" entries; None: every model the tenant may use
+    allowed_models: frozenset[str] | None = None
+
+    def allows(self, model: str, tier: str) -> bool:
+        """May this key call ``model`` at ``tier``? Outside its allowlist a model does not exist
+        for the key: the edge answers 404 and leaves it out of ``/v1/models``."""
+        allowed = self.allowed_models
+        return allowed is None or model in allowed or f"{model}:{tier}" in allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +157,7 @@ class Catalog:
                 id=k["id"], tenant_id=k["tenant_id"], prefix=k.get("prefix", ""), sha256=k["sha256"].lower(),
                 scopes=tuple(k.get("scopes") or ("inference",)), expires_at=_parse_time(k.get("expires_at")),
                 priority=k.get("priority") if k.get("priority") in PRIORITIES else INTERACTIVE,
+                allowed_models=None if k.get("allowed_models") is None else frozenset(k["allowed_models"]),
             )
         for m in snap.get("models", []):
             variants: dict[str, Variant] = {}

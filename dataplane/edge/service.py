@@ -304,9 +304,11 @@ class EdgeService:
         """The models this key's tenant may use, by id: ``name`` for a model's default tier,
         ``name:tier`` for the others (the names ``resolve_model`` accepts)."""
         catalog = self._catalog()
-        tenant, _ = authenticate(catalog, authorization)
+        tenant, key = authenticate(catalog, authorization)
         cards = {}
         for model, variant in catalog.visible_models(tenant.id):
+            if not key.allows(model.name, variant.tier):
+                continue
             name = model.name if variant.tier == model.default_tier else f"{model.name}:{variant.tier}"
             cards[name] = {"id": name, "object": "model", "created": 0, "owned_by": "nimbus",
                            "context_length": variant.context_length, "tier": variant.tier}
@@ -365,7 +367,8 @@ class EdgeService:
         st.req, st.model = req, req.model
         st.priority = self._priority(key, req, headers)
         resolved = catalog.resolve_model(req.model)
-        if resolved is None or not catalog.usable_pools(tenant.id, resolved[1].id):
+        if resolved is None or not catalog.usable_pools(tenant.id, resolved[1].id) \
+                or not key.allows(resolved[0].name, resolved[1].tier):
             raise errors.model_not_found(req.model)
         variant = resolved[1]
         st.variant = variant

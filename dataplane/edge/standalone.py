@@ -116,6 +116,7 @@ def config_to_snapshot(cfg: dict[str, Any]) -> dict[str, Any]:
                 "id": k.get("id") or _id("key", tid, str(i)), "tenant_id": tid, "prefix": prefix,
                 "sha256": digest, "scopes": k.get("scopes", ["inference"]),
                 "expires_at": k.get("expires_at"), "priority": k.get("priority", "interactive"),
+                "allowed_models": k.get("allowed_models"),
             })
     body = {"tenants": tenants, "keys": keys, "models": models, "pools": pools,
             "replicas": replicas, "regions": regions}

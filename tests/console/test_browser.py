@@ -98,6 +98,14 @@ async def test_tenant_journey(stack: Stack, browser: Browser) -> None:
     await expect(page.get_by_role("status")).to_contain_text(f"Key {prefix} was revoked")
     await expect(page.locator(f'tr[data-prefix="{prefix}"] .status')).to_have_text("revoked")
     await shot(page, "laptop-keys-revoked")
+    # a key limited to one model: the edge treats every other model as absent for it
+    limited_to = stack.data["batch_model"]["name"]
+    await page.get_by_label("Name").fill("batch-only")
+    await page.get_by_label(limited_to, exact=True).check()
+    await page.get_by_role("button", name="Create key").click()
+    limited = (await page.get_by_label("Secret").input_value())[:12]
+    await expect(page.locator(f'tr[data-prefix="{limited}"] .models')).to_have_text(limited_to)
+    await expect(page.locator(f'tr[data-prefix="{prefix}"] .models')).to_have_text("all")
 
     # --- playground: tokens stream in through the edge
     await page.get_by_role("link", name="Playground").click()

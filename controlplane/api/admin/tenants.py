@@ -14,6 +14,7 @@ from controlplane.schemas.tenancy import (
     KeyCreate,
     KeyCreated,
     KeyOut,
+    KeyUpdate,
     QuotaBody,
     TenantCreate,
     TenantOut,
@@ -102,6 +103,12 @@ class TenantController(Controller):
         await tenants.get(db, tenant_id)
         key, secret = await keys.create(db, principal, tenant_id, data)
         return KeyCreated(key=keys.key_out(key), secret=secret)
+
+    @patch("/{tenant_id:uuid}/keys/{key_id:uuid}")
+    async def update_key(
+        self, db: AsyncSession, principal: Principal, tenant_id: uuid.UUID, key_id: uuid.UUID, data: KeyUpdate
+    ) -> KeyOut:
+        return keys.key_out(await keys.change(db, principal, tenant_id, key_id, data))
 
     @delete("/{tenant_id:uuid}/keys/{key_id:uuid}", status_code=200)
     async def revoke_key(
