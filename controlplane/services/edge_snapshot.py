@@ -31,6 +31,18 @@ def _iso(value) -> str | None:
     return value.isoformat() if value else None
 
 
+def priority_scheduling(engine_args: dict) -> str | None:
+    """How the variant's engines order the ``priority`` field, from its SGLang flags: None when they
+    run without ``--enable-priority-scheduling`` (SGLang may then abort a request that carries one),
+    else "low_first" with ``--schedule-low-priority-values-first``, "high_first" otherwise."""
+    def on(name: str) -> bool:
+        return bool(engine_args.get(name) or engine_args.get(name.replace("_", "-")))
+
+    if not on("enable_priority_scheduling"):
+        return None
+    return "low_first" if on("schedule_low_priority_values_first") else "high_first"
+
+
 def build(session: Session) -> dict:
     now = utcnow()
     used = usage.month_to_date_tokens(session, now)
@@ -95,6 +107,7 @@ def build(session: Session) -> dict:
                         "tier": v.tier,
                         "context_length": v.context_length,
                         "served_model_name": served_model_name(m.name, v.tier),
+                        "priority_scheduling": priority_scheduling(v.engine_args or {}),
                     }
                     for v in m.variants
                     if v.id in served_variant_ids

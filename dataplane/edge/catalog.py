@@ -70,6 +70,9 @@ class Variant:
     tier: str
     context_length: int
     served_model_name: str
+    # How its engines order SGLang's ``priority`` field: "high_first", "low_first", or None when they
+    # run without priority scheduling (then the edge never sends one).
+    priority_scheduling: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +168,8 @@ class Catalog:
                 variant = Variant(
                     id=v["id"], model=m["name"], tier=v["tier"], context_length=int(v.get("context_length") or 0),
                     served_model_name=v.get("served_model_name") or m["name"],
+                    priority_scheduling=v.get("priority_scheduling") if v.get("priority_scheduling") in (
+                        "high_first", "low_first") else None,
                 )
                 variants[variant.tier] = variant
                 cat.variants[variant.id] = variant

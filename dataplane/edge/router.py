@@ -152,10 +152,15 @@ class Router:
                 return out
         return []
 
-    def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
+    def choose(self, req: RouteRequest, candidates: list[Candidate], now: float,
+               keep_free: float = 0.0) -> Decision | None:
         """The capacity guard: only replicas with room are offered to the policy. None means every
-        candidate is full and the request must wait in the admission queue."""
-        roomy = [c for c in candidates if c.has_room]
+        candidate is full and the request must wait in the admission queue. ``keep_free``: the share
+        of each replica's slots this request may not take (batch work leaves it to interactive)."""
+        if keep_free > 0:
+            roomy = [c for c in candidates if c.running < c.capacity * (1.0 - keep_free)]
+        else:
+            roomy = [c for c in candidates if c.has_room]
         if not roomy:
             return None
         return self.policy.choose(req, roomy, now)

@@ -405,7 +405,7 @@ class EdgeService:
 
         route_req = RouteRequest(block_hashes(req.prompt_text, s.prefix_block_chars), req.prompt_tokens_est,
                                  len(req.prompt_text), tenant.id)
-        payload = upstream_body(req, variant.served_model_name)
+        payload = upstream_body(req, variant.served_model_name, st.priority, variant.priority_scheduling)
         path = PATHS[kind]
         excluded: set[str] = set()
         self.router.retry_budget.on_request(time.monotonic())
@@ -515,6 +515,8 @@ class EdgeService:
         queue = self.admission.queue(variant.id)
         guard = self.share_guard(variant.id)
         guard.seen(tenant.id, time.monotonic())
+        # Batch work leaves a share of every replica's slots to interactive traffic.
+        keep_free = self.settings.interactive_reserved_share if st.priority == BATCH else 0.0
 
         def try_dispatch(now: float) -> Ticket | None:
             catalog = self.catalog
@@ -525,7 +527,7 @@ class EdgeService:
             free = sum(max(0, c.capacity - c.running) for c in candidates)
             if not guard.allows(tenant.id, free, sum(c.capacity for c in candidates), now):
                 return None
-            decision = self.router.choose(route_req, candidates, now)
+            decision = self.router.choose(route_req, candidates, now, keep_free=keep_free)
             if decision is None:
                 return None
             ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now)

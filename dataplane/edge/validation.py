@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from dataplane.edge import errors, structured
-from dataplane.edge.catalog import PRIORITIES
+from dataplane.edge.catalog import BATCH, INTERACTIVE, PRIORITIES
 
 CHAT = "chat"
 COMPLETION = "completion"
@@ -357,12 +357,22 @@ def check_context(req: InferenceRequest, context_length: int) -> None:
             code="context_length_exceeded")
 
 
-def upstream_body(req: InferenceRequest, served_model_name: str) -> bytes:
-    """What the engine receives: the served model name, usage always on for metering, edge fields gone."""
+# SGLang's integer priority per class, by the engine's ordering: interactive work runs first.
+ENGINE_PRIORITY = {"high_first": {INTERACTIVE: 1, BATCH: 0}, "low_first": {INTERACTIVE: 0, BATCH: 1}}
+
+
+def upstream_body(req: InferenceRequest, served_model_name: str, priority: str = INTERACTIVE,
+                  priority_scheduling: str | None = None) -> bytes:
+    """What the engine receives: the served model name, usage always on for metering, edge fields
+    gone, and the request's class as SGLang's ``priority`` where the engine schedules by it (batch
+    requests then yield inside the engine too)."""
     body = dict(req.body)
     body["model"] = served_model_name
     for name in EDGE_ONLY_FIELDS:
         body.pop(name, None)
+    order = ENGINE_PRIORITY.get(priority_scheduling or "")
+    if order is not None:
+        body["priority"] = order.get(priority, order[INTERACTIVE])
     if req.stream:
         opts = dict(body.get("stream_options") or {})
         opts["include_usage"] = True

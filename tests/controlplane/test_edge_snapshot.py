@@ -59,3 +59,22 @@ async def test_activation(client, admin) -> None:
     r = await client.post("/internal/v1/edge/activate", headers=EDGE,
                           json={"pool_id": pool["id"], "variant_id": m["variants"][1]["id"]})
     assert r.status_code == 404
+
+
+async def test_a_variant_run_with_priority_scheduling_says_so_to_the_edges(client, admin) -> None:
+    from controlplane.services.edge_snapshot import priority_scheduling
+
+    assert priority_scheduling({}) is None
+    assert priority_scheduling({"enable_priority_scheduling": True}) == "high_first"
+    assert priority_scheduling({"enable-priority-scheduling": True, "schedule_low_priority_values_first": True}) \
+        == "low_first"
+    await f.import_catalog(client, admin)
+    r = await client.post("/admin/v1/models", headers=admin, json={"name": f.unique("prio"), "variants": [
+        {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20, "context_length": 8192,
+         "engine_args": {"enable_priority_scheduling": True}}]})
+    assert r.status_code == 201, r.text
+    m = r.json()
+    await f.create_pool(client, admin, m["variants"][0]["id"])
+    snap = (await client.get("/internal/v1/edge/snapshot", headers=EDGE)).json()
+    (model,) = [x for x in snap["models"] if x["name"] == m["name"]]
+    assert model["variants"][0]["priority_scheduling"] == "high_first"

@@ -299,3 +299,78 @@ def test_n_choices_differ_and_are_counted_in_usage(edge):
     assert chunks[-1].usage.completion_tokens == 12
     finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
     assert finishes == ["length", "length"]
+
+
+# ---- interactive traffic first: a share of the slots, and SGLang's own priority --------------------
+
+
+def test_the_engine_hears_the_request_class_only_where_it_schedules_by_priority():
+    import msgspec
+
+    from dataplane.edge.validation import upstream_body
+
+    req = validate(CHAT, {"model": "m", "messages": MSGS, "priority": "batch"}, TokenEstimator())
+    assert "priority" not in msgspec.json.decode(upstream_body(req, "s", "batch", None))
+    assert msgspec.json.decode(upstream_body(req, "s", "batch", "high_first"))["priority"] == 0
+    assert msgspec.json.decode(upstream_body(req, "s", "interactive", "high_first"))["priority"] == 1
+    assert msgspec.json.decode(upstream_body(req, "s", "batch", "low_first"))["priority"] == 1
+    assert msgspec.json.decode(upstream_body(req, "s", "interactive", "low_first"))["priority"] == 0
+
+
+def test_batch_work_leaves_a_share_of_the_slots_to_interactive_traffic():
+    from dataplane.edge.policies import RouteRequest
+    from tests.edge.test_routing import catalog, make_router, route
+
+    cat = catalog(n=1, max_running=10)
+    router = make_router("round_robin")
+    for i in range(7):
+        route(router, cat, f"b{i}")
+    probe = RouteRequest([], 1, 1)
+
+    def offered(keep_free: float) -> bool:
+        return router.choose(probe, router.eligible(cat, list(cat.replicas.values()), 0.0), 0.0,
+                             keep_free=keep_free) is not None
+
+    assert offered(0.2)  # 7 of 10 in flight: batch may take the eighth slot
+    route(router, cat, "b7")
+    assert not offered(0.2) and offered(0.0)  # 8 of 10: the last two are interactive's
+    route(router, cat, "i0")
+    route(router, cat, "i1")
+    assert not offered(0.0)  # full
+
+
+def test_batch_requests_yield_inside_an_engine_that_schedules_by_priority(edge_factory):
+    import threading
+    import time
+
+    from dataplane.sim.process import SimProcess
+
+    key = make_key("prio")
+    # One running request at a time: everything else waits in the engine's own queue.
+    with SimProcess(served_model_name="demo", ready_delay=0.0,
+                    extra_args=["--time-scale", "1", "--max-running-requests", "1",
+                                "--enable-priority-scheduling"]) as sim:
+        sim.wait_healthy()
+        cfg = standalone_config([sim.url], [{"name": "a", "keys": [{"dev_key": key}]}])
+        cfg["models"][0]["tiers"][0]["priority_scheduling"] = "high_first"
+        edge = edge_factory(cfg, redis_url="none")
+        c = openai.OpenAI(base_url=edge.url + "/v1", api_key=key, max_retries=0, timeout=60)
+        done: list[str] = []
+
+        def ask(name: str, priority: str) -> None:
+            c.completions.create(model="demo", prompt=name, max_tokens=25, extra_body={"priority": priority,
+                                                                                        "ignore_eos": True})
+            done.append(name)
+
+        threads = [threading.Thread(target=ask, args=(f"batch{i}", "batch")) for i in range(6)]
+        for t in threads:
+            t.start()
+            time.sleep(0.02)
+        time.sleep(0.1)
+        urgent = threading.Thread(target=ask, args=("interactive", "interactive"))
+        urgent.start()
+        for t in [*threads, urgent]:
+            t.join(60)
+        assert len(done) == 7
+        # FIFO would finish it last; by priority it runs as soon as the running batch request ends.
+        assert done.index("interactive") <= 2, done
