@@ -35,12 +35,14 @@ def priority_scheduling(engine_args: dict) -> str | None:
     """How the variant's engines order the ``priority`` field, from its SGLang flags: None when they
     run without ``--enable-priority-scheduling`` (SGLang may then abort a request that carries one),
     else "low_first" with ``--schedule-low-priority-values-first``, "high_first" otherwise."""
-    def on(name: str) -> bool:
-        return bool(engine_args.get(name) or engine_args.get(name.replace("_", "-")))
-
-    if not on("enable_priority_scheduling"):
+    if not _flag_on(engine_args, "enable_priority_scheduling"):
         return None
-    return "low_first" if on("schedule_low_priority_values_first") else "high_first"
+    return "low_first" if _flag_on(engine_args, "schedule_low_priority_values_first") else "high_first"
+
+
+def _flag_on(engine_args: dict, name: str) -> bool:
+    """Is SGLang flag ``name`` set in a variant's engine_args (spelled with _ or -)?"""
+    return bool(engine_args.get(name) or engine_args.get(name.replace("_", "-")))
 
 
 def build(session: Session) -> dict:
@@ -108,6 +110,7 @@ def build(session: Session) -> dict:
                         "context_length": v.context_length,
                         "served_model_name": served_model_name(m.name, v.tier),
                         "priority_scheduling": priority_scheduling(v.engine_args or {}),
+                        "task": "embed" if _flag_on(v.engine_args or {}, "is_embedding") else "generate",
                     }
                     for v in m.variants
                     if v.id in served_variant_ids

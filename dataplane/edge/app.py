@@ -12,11 +12,10 @@ from urllib.parse import unquote
 from dataplane import httpserver
 from dataplane.edge import door, errors, readiness
 from dataplane.edge.service import EdgeService, send_json
-from dataplane.edge.validation import CHAT, COMPLETION
+from dataplane.edge.validation import INFERENCE_ROUTES
 
 log = logging.getLogger("nimbus.edge.app")
 
-INFERENCE_ROUTES = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION}
 EARLY_ROUTES = frozenset(path.encode() for path in INFERENCE_ROUTES)
 # In-flight streams get this long to finish when the edge is told to stop.
 SHUTDOWN_GRACE_S = 30.0

@@ -73,6 +73,7 @@ class Variant:
     # How its engines order SGLang's ``priority`` field: "high_first", "low_first", or None when they
     # run without priority scheduling (then the edge never sends one).
     priority_scheduling: str | None = None
+    task: str = "generate"  # or "embed": engines started with --is-embedding serve /v1/embeddings only
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,7 @@ class Catalog:
                     served_model_name=v.get("served_model_name") or m["name"],
                     priority_scheduling=v.get("priority_scheduling") if v.get("priority_scheduling") in (
                         "high_first", "low_first") else None,
+                    task="embed" if v.get("task") == "embed" else "generate",
                 )
                 variants[variant.tier] = variant
                 cat.variants[variant.id] = variant

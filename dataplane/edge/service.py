@@ -55,7 +55,8 @@ from dataplane.edge.sse import (
 from dataplane.edge.upstream import ConnectFailed, UpstreamClient, UpstreamError, UpstreamResponse
 from dataplane.edge.usage import UsageRecorder, make_event
 from dataplane.edge.validation import (
-    CHAT,
+    EMBEDDING,
+    KIND_PATHS,
     InferenceRequest,
     TokenEstimator,
     check_context,
@@ -67,7 +68,6 @@ from dataplane.edge.validation import (
 log = logging.getLogger("nimbus.edge")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-PATHS = {CHAT: "/v1/chat/completions", "completion": "/v1/completions"}
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -371,6 +371,11 @@ class EdgeService:
                 or not key.allows(resolved[0].name, resolved[1].tier):
             raise errors.model_not_found(req.model)
         variant = resolved[1]
+        if (kind == EMBEDDING) != (variant.task == "embed"):
+            raise errors.bad_request(
+                f"The model '{req.model}' {'does not serve embeddings' if kind == EMBEDDING else 'is an embedding model'}"
+                f"; use {'/v1/chat/completions or /v1/completions' if kind == EMBEDDING else '/v1/embeddings'}.",
+                param="model", code="model_not_supported")
         st.variant = variant
         st.echo = model_rewrite(variant.served_model_name, req.model)
         check_context(req, variant.context_length)
@@ -406,7 +411,7 @@ class EdgeService:
         route_req = RouteRequest(block_hashes(req.prompt_text, s.prefix_block_chars), req.prompt_tokens_est,
                                  len(req.prompt_text), tenant.id)
         payload = upstream_body(req, variant.served_model_name, st.priority, variant.priority_scheduling)
-        path = PATHS[kind]
+        path = KIND_PATHS[kind]
         excluded: set[str] = set()
         self.router.retry_budget.on_request(time.monotonic())
         first: Failure | None = None

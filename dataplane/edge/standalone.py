@@ -78,6 +78,7 @@ def config_to_snapshot(cfg: dict[str, Any]) -> dict[str, Any]:
                 "id": vid, "tier": t["tier"], "context_length": int(t.get("context_length", 8192)),
                 "served_model_name": t.get("served_model_name", m["name"]),
                 "priority_scheduling": t.get("priority_scheduling"),
+                "task": t.get("task", "generate"),
             })
             pid = _id("pool", m["name"], t["tier"])
             pools.append({"id": pid, "variant_id": vid, "kind": t.get("kind", "warm"),

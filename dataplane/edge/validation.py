@@ -21,6 +21,10 @@ from dataplane.edge.catalog import BATCH, INTERACTIVE, PRIORITIES
 
 CHAT = "chat"
 COMPLETION = "completion"
+EMBEDDING = "embedding"
+# The one table of inference endpoints: app.py routes by it, the service forwards to the same path.
+INFERENCE_ROUTES = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION, "/v1/embeddings": EMBEDDING}
+KIND_PATHS = {kind: path for path, kind in INFERENCE_ROUTES.items()}
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 DEFAULT_MAX_TOKENS = 256
 # Request fields that are edge-only and must not reach the engine.
@@ -42,6 +46,7 @@ class InferenceRequest:
     include_usage: bool
     priority: str | None
     deterministic: bool
+    longest_input_tokens: int = 0  # embeddings: the largest input's estimate (each must fit the context)
 
     @property
     def reserved_tokens(self) -> int:
@@ -186,10 +191,13 @@ SGLANG_EXTRA_FIELDS = frozenset({
     "stop_regex", "no_stop_trim", "ignore_eos", "continue_final_message", "skip_special_tokens",
     "separate_reasoning", "stream_reasoning", "chat_template_kwargs", "response_format",
 })
+OPENAI_EMBEDDING_FIELDS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
 KNOWN_FIELDS = {
     CHAT: OPENAI_CHAT_FIELDS | SGLANG_EXTRA_FIELDS | frozenset(EDGE_ONLY_FIELDS),
     COMPLETION: OPENAI_COMPLETION_FIELDS | SGLANG_EXTRA_FIELDS | frozenset(EDGE_ONLY_FIELDS),
+    EMBEDDING: OPENAI_EMBEDDING_FIELDS | frozenset(EDGE_ONLY_FIELDS),
 }
+MAX_EMBEDDING_INPUTS = 2048  # OpenAI's limit per request
 
 MESSAGE_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "name": (_is_text, _STR),
@@ -278,6 +286,8 @@ def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_
         raise errors.bad_request("`model` is required and must be a string.", param="model")
     if len(model) > MAX_MODEL_NAME:
         raise errors.bad_request(f"`model` is longer than {MAX_MODEL_NAME} characters.", param="model")
+    if kind == EMBEDDING:
+        return _embedding_request(body, model, estimator)
     if kind == CHAT:
         prompt_text = chat_prompt_text(body.get("messages"), max_messages)
     else:
@@ -340,9 +350,56 @@ def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_
     )
 
 
+def _embedding_request(body: dict[str, Any], model: str, estimator: TokenEstimator) -> InferenceRequest:
+    """``/v1/embeddings``: ``input`` is a string, strings, token ids or lists of token ids (OpenAI's
+    shapes, at most 2048 inputs); ``encoding_format`` float or base64; ``dimensions`` positive."""
+    value = body.get("input")
+    if isinstance(value, str) or (isinstance(value, list) and value and all(_is_int(t) for t in value)):
+        items: list[Any] = [value]
+    elif isinstance(value, list) and value:
+        items = value
+    else:
+        raise errors.bad_request("`input` must be a non-empty string, array of strings, or array of token ids.",
+                                 param="input")
+    if len(items) > MAX_EMBEDDING_INPUTS:
+        raise errors.bad_request(f"At most {MAX_EMBEDDING_INPUTS} inputs are allowed per request.", param="input")
+    sizes, texts = [], []
+    for i, item in enumerate(items):
+        if isinstance(item, str) and item:
+            texts.append(item)
+            sizes.append(estimator.estimate(item))
+        elif isinstance(item, list) and item and all(_is_int(t) and t >= 0 for t in item):
+            texts.append(" ".join(map(str, item)))
+            sizes.append(len(item))
+        else:
+            raise errors.bad_request(f"`input[{i}]` must be a non-empty string or array of token ids.",
+                                     param=f"input[{i}]" if len(items) > 1 or not isinstance(value, str) else "input")
+    fmt = body.get("encoding_format")
+    if fmt is not None and fmt not in ("float", "base64"):
+        raise errors.bad_request("`encoding_format` must be 'float' or 'base64'.", param="encoding_format")
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (type(dimensions) is not int or dimensions < 1):
+        raise errors.bad_request("`dimensions` must be a positive integer.", param="dimensions")
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise errors.bad_request("`user` must be a string.", param="user")
+    priority = body.get("priority")
+    if priority is not None and (not isinstance(priority, str) or priority not in PRIORITIES):
+        raise errors.bad_request(f"`priority` must be one of {list(PRIORITIES)}.", param="priority")
+    return InferenceRequest(
+        kind=EMBEDDING, body=body, model=model, prompt_text=texts[0], prompt_tokens_est=sum(sizes), max_tokens=0,
+        stream=False, include_usage=False, priority=priority, deterministic=True, longest_input_tokens=max(sizes),
+    )
+
+
 def check_context(req: InferenceRequest, context_length: int) -> None:
     """max_tokens must fit next to the prompt in the variant's context window."""
     if context_length <= 0:
+        return
+    if req.kind == EMBEDDING:  # every input on its own must fit the context
+        if req.longest_input_tokens > context_length * 1.1:
+            raise errors.bad_request(
+                f"An input needs about {req.longest_input_tokens} tokens; the model's context length is "
+                f"{context_length}.", param="input", code="context_length_exceeded")
         return
     if req.max_tokens >= context_length:
         raise errors.bad_request(

@@ -37,6 +37,7 @@ class SimConfig:
     max_total_tokens: int = 0  # effective KV pool size in tokens (SGLang's max_total_num_tokens)
     max_queued_requests: int | None = None  # SGLang: None = unbounded queue
     enable_priority_scheduling: bool = False  # SGLang: the ``priority`` field is ignored without it
+    is_embedding: bool = False  # SGLang's --is-embedding: /v1/embeddings only, no generation
     schedule_low_priority_values_first: bool = False
     schedule_policy: str = "fcfs"
     chunked_prefill_size: int = 8192
@@ -130,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-total-tokens", type=int)
     s.add_argument("--schedule-policy", default="fcfs")
     s.add_argument("--enable-priority-scheduling", action="store_true")
+    s.add_argument("--is-embedding", action="store_true", help="serve /v1/embeddings instead of generating")
     s.add_argument("--schedule-low-priority-values-first", action="store_true")
     s.add_argument("--chunked-prefill-size", type=int)
     s.add_argument("--max-prefill-tokens", type=int, default=16384)
@@ -258,6 +260,7 @@ def parse_config(argv: list[str] | None = None, warn=None,
         max_total_tokens=capacity,
         max_queued_requests=args.max_queued_requests if args.max_queued_requests else None,
         enable_priority_scheduling=args.enable_priority_scheduling,
+        is_embedding=args.is_embedding,
         schedule_low_priority_values_first=args.schedule_low_priority_values_first,
         max_running_requests_arg=args.max_running_requests,
         max_total_tokens_arg=args.max_total_tokens,

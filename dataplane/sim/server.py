@@ -28,7 +28,7 @@ import msgspec
 
 from dataplane import httpserver as http
 
-from . import protocol, timing
+from . import embeddings, protocol, timing
 from .config import SimConfig
 from .engine import CRASH_EXIT_CODE, RequestError, SimEngine, SimRequest
 from .faults import Faults
@@ -64,6 +64,7 @@ class SimServer:
             (post, "/generate"): self.generate,
             (post, "/v1/completions"): self.completions,
             (post, "/v1/chat/completions"): self.chat_completions,
+            (post, "/v1/embeddings"): self.embeddings,
             (get, "/v1/models"): self.models,
             (get, "/ping"): self.ping,
             (get, "/health"): self.health,
@@ -292,7 +293,7 @@ class SimServer:
         req.json(200, {
             "model_path": self.config.model_path,
             "tokenizer_path": self.config.model_path,
-            "is_generation": True,
+            "is_generation": not self.config.is_embedding,
             "preferred_sampling_params": None,
             "weight_version": "default",
             "has_image_understanding": False,
@@ -374,10 +375,44 @@ class SimServer:
     async def chat_completions(self, req: http.Request) -> None:
         await self._openai(req, chat=True)
 
+    async def embeddings(self, req: http.Request) -> None:
+        reason = self._unavailable_reason()
+        if reason:
+            req.json(503, protocol.openai_error(reason, 503, "ServiceUnavailableError"))
+            return
+        if not self.config.is_embedding:
+            req.json(400, protocol.openai_error("This model is not an embedding model (start it with --is-embedding).",
+                                                400))
+            return
+        dim = self.config.model.hidden
+        sims: list[SimRequest] = []
+        try:
+            body = self._parse_body(req.body)
+            dimensions, encoding = embeddings.options(body, dim)
+            inputs = embeddings.parse_inputs(body)
+            for ids in inputs:  # each input is one prefill with no output token, as SGLang runs it
+                sims.append(self.engine.new_request(ids, 0, priority=protocol.priority_field(body)))
+        except (protocol.BadRequest, RequestError) as exc:
+            for sim in sims:
+                self.engine.abort(sim)
+            status = getattr(exc, "status", 400)
+            req.json(status, protocol.openai_error(str(exc), status))
+            return
+        self._abort_on_disconnect(req, sims)
+        await self._when_done(sims)
+        if any(self._aborted(sim) for sim in sims):
+            req.json(400, protocol.openai_error("aborted", 400))
+            return
+        req.json(200, embeddings.response(inputs, dim, self.config.served_model_name, dimensions, encoding))
+
     async def _openai(self, req: http.Request, chat: bool) -> None:
         reason = self._unavailable_reason()
         if reason:
             req.json(503, protocol.openai_error(reason, 503, "ServiceUnavailableError"))
+            return
+        if self.config.is_embedding:
+            req.json(400, protocol.openai_error("This model is an embedding model (--is-embedding); it does not "
+                                                "generate text.", 400))
             return
         sims: list[SimRequest] = []
         try:

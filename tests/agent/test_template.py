@@ -104,3 +104,24 @@ def test_logs_are_one_json_object_per_line():
     line = json.loads(JsonFormatter({"node": "n-1"}).format(record))
     assert line | {"ts": None} == {"ts": None, "level": "warning", "logger": "nimbus.agent", "msg": "engine exited",
                                    "node": "n-1", "replica": "r-1", "exit_code": -9}
+
+
+def test_a_variants_tool_reasoning_embedding_and_priority_flags_reach_both_engines():
+    # SGLang's own names (python/sglang/srt/server_args.py): --tool-call-parser, --reasoning-parser,
+    # --is-embedding, --enable-priority-scheduling, --schedule-low-priority-values-first.
+    chat = EngineSpec(model_path="Qwen/Qwen3-8B", served_model_name="qwen3-bf16",
+                      engine_args={"tool_call_parser": "qwen25", "reasoning_parser": "qwen3",
+                                   "enable_priority_scheduling": True, "schedule_low_priority_values_first": True})
+    argv = engine_command(chat, engine="sglang", python="python", host="h", port=1)
+    assert argv[argv.index("--tool-call-parser") + 1] == "qwen25"
+    assert argv[argv.index("--reasoning-parser") + 1] == "qwen3"
+    assert "--enable-priority-scheduling" in argv and "--schedule-low-priority-values-first" in argv
+    config, _ = parse_config(engine_command(chat, engine="sim", python="python", host="h", port=1)[3:],
+                             warn=lambda msg: None)
+    assert config.enable_priority_scheduling and config.schedule_low_priority_values_first
+    embed = EngineSpec(model_path="Qwen/Qwen2.5-0.5B-Instruct", served_model_name="embed-bf16",
+                       engine_args={"is_embedding": True})
+    argv = engine_command(embed, engine="sim", python="python", host="h", port=1)
+    assert "--is-embedding" in argv
+    config, _ = parse_config(argv[3:], warn=lambda msg: None)
+    assert config.is_embedding

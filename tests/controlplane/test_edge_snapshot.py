@@ -61,7 +61,7 @@ async def test_activation(client, admin) -> None:
     assert r.status_code == 404
 
 
-async def test_a_variant_run_with_priority_scheduling_says_so_to_the_edges(client, admin) -> None:
+async def test_a_variants_priority_scheduling_and_embedding_task_reach_the_edges(client, admin) -> None:
     from controlplane.services.edge_snapshot import priority_scheduling
 
     assert priority_scheduling({}) is None
@@ -71,10 +71,15 @@ async def test_a_variant_run_with_priority_scheduling_says_so_to_the_edges(clien
     await f.import_catalog(client, admin)
     r = await client.post("/admin/v1/models", headers=admin, json={"name": f.unique("prio"), "variants": [
         {"tier": "bf16", "model_path": "meta-llama/Llama-3.1-8B-Instruct", "gpu_memory_gb": 20, "context_length": 8192,
-         "engine_args": {"enable_priority_scheduling": True}}]})
+         "engine_args": {"enable_priority_scheduling": True}},
+        {"tier": "fp8", "model_path": "BAAI/bge-large-en-v1.5", "gpu_memory_gb": 4, "context_length": 512,
+         "quantization": "fp8", "engine_args": {"is_embedding": True}}]})
     assert r.status_code == 201, r.text
     m = r.json()
-    await f.create_pool(client, admin, m["variants"][0]["id"])
+    for v in m["variants"]:
+        await f.create_pool(client, admin, v["id"])
     snap = (await client.get("/internal/v1/edge/snapshot", headers=EDGE)).json()
     (model,) = [x for x in snap["models"] if x["name"] == m["name"]]
-    assert model["variants"][0]["priority_scheduling"] == "high_first"
+    variants = {v["tier"]: v for v in model["variants"]}
+    assert variants["bf16"]["priority_scheduling"] == "high_first" and variants["bf16"]["task"] == "generate"
+    assert variants["fp8"]["priority_scheduling"] is None and variants["fp8"]["task"] == "embed"
