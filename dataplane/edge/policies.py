@@ -2,6 +2,8 @@
 
 Policies are pure over their inputs (candidates with live load, the prefix index); the router
 (``router.py``) does the filtering (health, breakers, the capacity guard) and the bookkeeping.
+The default policy, ``predicted_ttft``, is the scored picker of ``scoring.py``; round robin and
+least load stay for comparison.
 """
 
 from __future__ import annotations
@@ -102,90 +104,56 @@ class LeastLoad:
 
 
 class TtftModel:
-    """Cost coefficients of the TTFT prediction, calibrated online from observed TTFTs."""
+    """Cost coefficients of the TTFT prediction, calibrated online from observed TTFTs: one per-token
+    prefill cost for the fleet, and one per replica once that replica has answered, so a fleet of
+    mixed GPU types (or a throttled host) is scored by each replica's own speed. A replica without
+    samples yet is predicted at the fleet's cost."""
+
+    REPLICA_ALPHA = 0.1  # a replica's own estimate follows its samples faster than the fleet's
 
     def __init__(self, prefill_ms_per_token: float, decode_ms_per_running: float) -> None:
-        self.prefill_ms_per_token = prefill_ms_per_token
+        self.prefill_ms_per_token = prefill_ms_per_token  # the fleet's
         self.decode_ms_per_running = decode_ms_per_running
         self._initial = prefill_ms_per_token
+        self.per_replica: dict[str, float] = {}
 
-    def predict(self, rtt_ms: float, backlog_tokens: int, running: int) -> float:
-        return rtt_ms + backlog_tokens * self.prefill_ms_per_token + running * self.decode_ms_per_running
+    def prefill_ms(self, replica_id: str = "") -> float:
+        return self.per_replica.get(replica_id, self.prefill_ms_per_token)
 
-    def observe(self, rtt_ms: float, backlog_tokens: int, observed_ttft_ms: float) -> None:
-        """Nudge the per-token prefill cost towards what the replica really took."""
+    def predict(self, rtt_ms: float, backlog_tokens: int, running: int, replica_id: str = "") -> float:
+        return rtt_ms + backlog_tokens * self.prefill_ms(replica_id) + running * self.decode_ms_per_running
+
+    def _clamp(self, value: float) -> float:
+        return min(self._initial * 100, max(self._initial / 100, value))
+
+    def observe(self, rtt_ms: float, backlog_tokens: int, observed_ttft_ms: float, replica_id: str = "") -> None:
+        """Nudge the per-token prefill cost (the fleet's, and the replica's) towards what it really took."""
         if backlog_tokens < 256 or observed_ttft_ms <= rtt_ms:
             return  # too small to say anything about per-token cost
         sample = (observed_ttft_ms - rtt_ms) / backlog_tokens
-        self.prefill_ms_per_token += 0.05 * (sample - self.prefill_ms_per_token)
-        lo, hi = self._initial / 100, self._initial * 100
-        self.prefill_ms_per_token = min(hi, max(lo, self.prefill_ms_per_token))
+        self.prefill_ms_per_token = self._clamp(self.prefill_ms_per_token + 0.05 * (sample - self.prefill_ms_per_token))
+        if replica_id:
+            own = self.per_replica.get(replica_id, self.prefill_ms_per_token)
+            self.per_replica[replica_id] = self._clamp(own + self.REPLICA_ALPHA * (sample - own))
 
-
-class PredictedTtft:
-    """Predicted time to first token = RTT + queueing (prefill backlog the edge has sent there and
-    not yet seen start, plus the running batch) + prefill of the prompt tokens that replica has not
-    cached. The minimum wins: cache affinity and load balance in one currency, so a hot prefix
-    stays put until its replica's backlog costs more than recomputing the prefix elsewhere."""
-
-    name = "predicted_ttft"
-
-    def __init__(self, index: PrefixIndex, model: TtftModel, uncached_penalty: float = 1.0,
-                 balance_rel: float = 1.5, balance_abs: int = 16) -> None:
-        self.index = index
-        self.model = model
-        # "Sticky until saturated": a replica running more than balance_rel x the mean (+ balance_abs)
-        # is not offered while others are not; locality then picks among the rest. Unlike dropping to
-        # least-load, the cache still decides among the replicas that remain.
-        self.balance_rel = balance_rel
-        self.balance_abs = balance_abs
-        # The prompt's own uncached prefill also delays every later request on that replica (and
-        # duplicates a prefix in another KV cache). Scoring it (1 + penalty) times keeps a prefix on
-        # its replica until the backlog there really costs more, instead of flipping on near-ties.
-        self.uncached_penalty = uncached_penalty
-
-    def estimate(self, req: RouteRequest, cand: Candidate, now: float) -> tuple[float, float, int]:
-        """(predicted TTFT ms, routing score, predicted cached tokens) for one candidate."""
-        cached = req.cached_tokens(self.index, cand.replica.id, now)
-        uncached = req.prompt_tokens - cached
-        ttft = self.model.predict(cand.rtt_ms, cand.load.pending_prefill_tokens + uncached, cand.running)
-        ttft = max(cand.rtt_ms, ttft + cand.bias_ms)
-        # Computing new prefix blocks on a replica whose cache is full evicts someone else's prefix
-        # (a future miss there); on an emptier replica it costs nothing. This spreads tenants' prefixes
-        # evenly across the fleet's KV instead of by arrival-time load alone.
-        eviction = self.index.occupancy(cand.replica.id)
-        score = ttft + (self.uncached_penalty + eviction) * uncached * self.model.prefill_ms_per_token
-        return ttft, score, cached
-
-    def balanced(self, candidates: list[Candidate]) -> list[Candidate]:
-        if len(candidates) < 2:
-            return candidates
-        mean = sum(c.running for c in candidates) / len(candidates)
-        limit = self.balance_rel * mean + self.balance_abs
-        kept = [c for c in candidates if c.running <= limit]
-        return kept or candidates
-
-    def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:
-        best: tuple[float, float, str] | None = None
-        best_cand, best_ttft, best_cached = None, 0.0, 0
-        for cand in self.balanced(candidates):
-            ttft, score, cached = self.estimate(req, cand, now)
-            key = (score, cand.utilisation, cand.replica.id)
-            if best is None or key < best:
-                best, best_cand, best_ttft, best_cached = key, cand, ttft, cached
-        assert best_cand is not None
-        return Decision(best_cand.replica, self.name, best_ttft, best_cached)
+    def retain(self, live: set[str]) -> None:
+        for rid in [r for r in self.per_replica if r not in live]:
+            del self.per_replica[rid]
 
 
 POLICY_NAMES = ("predicted_ttft", "least_load", "round_robin")
 
 
 def make_policy(name: str, index: PrefixIndex, model: TtftModel, uncached_penalty: float = 1.0,
-                balance_rel: float = 1.5, balance_abs: int = 16) -> RoutingPolicy:
+                balance_rel: float = 1.5, balance_abs: int = 16, profile: str = "") -> RoutingPolicy:
+    """``predicted_ttft`` is the scored picker (``scoring.py``) with ``profile``, or its default."""
     if name == "round_robin":
         return RoundRobin()
     if name == "least_load":
         return LeastLoad()
     if name == "predicted_ttft":
-        return PredictedTtft(index, model, uncached_penalty, balance_rel, balance_abs)
+        from dataplane.edge import scoring  # (scoring builds on this module's types)
+
+        return scoring.ScoredPicker(scoring.ScoringContext(index, model, uncached_penalty),
+                                    profile or scoring.DEFAULT_PROFILE, balance_rel, balance_abs)
     raise ValueError(f"unknown routing policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")

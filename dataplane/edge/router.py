@@ -95,6 +95,7 @@ class Router:
         """Drop state of replicas that left; keep everything else across snapshot swaps."""
         live = set(catalog.replicas)
         self.index.retain(live)
+        self.ttft_model.retain(live)
         for table in (self.breakers, self.health):
             for rid in list(table):
                 if rid not in live:
@@ -177,7 +178,7 @@ class Router:
         uncached = max(0, req.prompt_tokens - decision.predicted_cached_tokens)
         ticket = Ticket(replica, decision, reserved_tokens, uncached, load.pending_prefill_tokens + uncached,
                         self.rtt_ms(catalog, replica), prompt_tokens=req.prompt_tokens,
-                        bias_at_dispatch=self.bias_ms(replica.id, now))
+                        bias_at_dispatch=self.bias_ms(replica.id, now) + self.health_of(replica.id).slow_penalty_ms)
         if load.inflight == 0:
             load.busy_since = now
         load.inflight += 1
@@ -196,7 +197,7 @@ class Router:
         load.pending_prefill_tokens -= ticket.uncached_tokens
         if now is not None:
             load.last_progress = now
-        self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms)
+        self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms, rid)
         if ticket.decision.predicted_ttft_ms > 0 and now is not None:
             previous = self.bias_ms(rid, now)
             # predicted_ttft_ms already contains the bias at dispatch; compare against the model alone

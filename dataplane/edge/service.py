@@ -210,7 +210,8 @@ class EdgeService:
                                  settings.prefix_index_blocks)
         self.ttft_model = TtftModel(settings.prefill_ms_per_token, settings.decode_ms_per_running)
         self.router = Router(settings, make_policy(settings.policy, self.index, self.ttft_model, settings.uncached_penalty,
-                                         settings.balance_rel, settings.balance_abs), self.index,
+                                         settings.balance_rel, settings.balance_abs, settings.routing_profile),
+                             self.index,
                              self.ttft_model,
                              retry_budget=RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min_per_s))
         self.admission = Admission(settings.queue_max, settings.queue_timeout_s, time.monotonic)

@@ -34,7 +34,10 @@ class EdgeSettings:
     policy: str = "predicted_ttft"
     prefill_ms_per_token: float = 0.05  # starting value; calibrated online from observed TTFTs
     decode_ms_per_running: float = 2.0  # each running request lengthens the steps a new prefill shares
-    uncached_penalty: float = 1.0  # extra weight on a prompt's own uncached prefill (see policies.py)
+    uncached_penalty: float = 1.0  # extra weight on a prompt's own uncached prefill (see scoring.PrefixScorer)
+    # predicted_ttft's scorers and their weights (scoring.py), e.g. "predicted_ttft:1,prefix:1,load:0.5";
+    # empty: scoring.DEFAULT_PROFILE
+    routing_profile: str = ""
     balance_rel: float = 1.5  # predicted_ttft skips replicas running > balance_rel x mean + balance_abs
     balance_abs: int = 16  # ... + this many requests: a hot tenant may fill half a replica's slots more before spilling
     default_rtt_ms: float = 1.0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dataplane.edge.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker, RetryBudget
 from dataplane.edge.catalog import Catalog
-from dataplane.edge.policies import PredictedTtft, RouteRequest, TtftModel, make_policy
+from dataplane.edge.policies import RouteRequest, TtftModel, make_policy
 from dataplane.edge.prefix import PrefixIndex, block_hashes
 from dataplane.edge.router import Router
 from dataplane.edge.settings import EdgeSettings
@@ -25,7 +27,7 @@ def make_router(policy="predicted_ttft", **settings):
     s = EdgeSettings(policy=policy, prefix_block_chars=16, chars_per_token=4.0, **settings)
     index = PrefixIndex(s.prefix_block_chars, s.chars_per_token, s.prefix_ttl_s, s.prefix_index_blocks)
     model = TtftModel(s.prefill_ms_per_token, s.decode_ms_per_running)
-    return Router(s, make_policy(policy, index, model), index, model)
+    return Router(s, make_policy(policy, index, model, profile=s.routing_profile), index, model)
 
 
 def route(router, cat, text, now=0.0, exclude=frozenset()):
@@ -187,7 +189,7 @@ def test_ttft_model_calibrates():
     for _ in range(200):
         model.observe(rtt_ms=1.0, backlog_tokens=1000, observed_ttft_ms=51.0)
     assert abs(model.prefill_ms_per_token - 0.05) < 0.005
-    policy = PredictedTtft(PrefixIndex(), model)
+    policy = make_policy("predicted_ttft", PrefixIndex(), model)
     assert policy.name == "predicted_ttft"
 
 
@@ -202,3 +204,51 @@ def test_replica_that_answers_slower_than_predicted_is_avoided_then_retried():
     d2, _ = route(router, cat, prompt, now=0.2)
     assert d2.replica.id != d1.replica.id  # the cached prefix is not worth 100 ms of measured slowness
     assert router.bias_ms(d1.replica.id, 60.0) < 1  # the penalty fades, so it is tried again later
+
+
+def test_each_replica_is_scored_by_its_own_learned_prefill_speed():
+    """A mixed fleet: rep1 prefills four times slower (an older GPU type). Once each has answered a
+    few requests, a long uncached prompt goes to the fast one even with a backlog there."""
+    cat = catalog(n=2, max_running=100)
+    router = make_router(prefill_ms_per_token=0.05, decode_ms_per_running=0.0)
+    model = router.ttft_model
+    for _ in range(60):
+        model.observe(rtt_ms=1.0, backlog_tokens=2000, observed_ttft_ms=1.0 + 2000 * 0.02, replica_id="rep0")
+        model.observe(rtt_ms=1.0, backlog_tokens=2000, observed_ttft_ms=1.0 + 2000 * 0.08, replica_id="rep1")
+    assert abs(model.prefill_ms("rep0") - 0.02) < 0.002 and abs(model.prefill_ms("rep1") - 0.08) < 0.008
+    assert 0.02 < model.prefill_ms("unknown") < 0.08  # a new replica starts at the fleet's
+    router.load("rep0").pending_prefill_tokens = 3000  # the fast one has 60 ms of backlog
+    decision, _ = route(router, cat, "L" * 16000)  # ~4000 uncached tokens: 80 ms there, 320 ms on rep1
+    assert decision.replica.id == "rep0"
+    cat2 = catalog(n=1, max_running=100)
+    router.on_catalog(cat2)  # replicas that left take their estimates with them
+    assert set(model.per_replica) == {"rep0"}
+
+
+def test_a_new_scorer_is_one_class_and_one_registry_line(monkeypatch):
+    from dataplane.edge import scoring
+
+    monkeypatch.setattr(scoring, "SCORERS", dict(scoring.SCORERS))  # this test's registration is its own
+
+    class AvoidOddReplicas:
+        """A made-up signal: odd-numbered replicas cost 1 s more."""
+
+        name = "avoid_odd"
+
+        def __init__(self, ctx):
+            self.ctx = ctx
+
+        def score(self, req, cand, est, now):
+            return 1000.0 if int(cand.replica.id[-1]) % 2 else 0.0
+
+    scoring.register("avoid_odd", AvoidOddReplicas)
+    cat = catalog(n=4, max_running=100)
+    plain = make_router()
+    weighted = make_router(routing_profile="predicted_ttft:1,prefix:1,avoid_odd:1")
+    picked = {route(weighted, cat, f"prompt {i} " * 50)[0].replica.id for i in range(12)}
+    assert picked <= {"rep0", "rep2"} and picked
+    assert {route(plain, cat, f"prompt {i} " * 50)[0].replica.id for i in range(12)} & {"rep1", "rep3"}
+    with pytest.raises(ValueError, match="unknown scorer"):
+        scoring.parse_profile("predicted_ttft,nope:2")
+    with pytest.raises(ValueError, match="exists already"):
+        scoring.register("prefix", AvoidOddReplicas)
