@@ -104,41 +104,27 @@ class LeastLoad:
 
 
 class TtftModel:
-    """Cost coefficients of the TTFT prediction, calibrated online from observed TTFTs: one per-token
-    prefill cost for the fleet, and one per replica once that replica has answered, so a fleet of
-    mixed GPU types (or a throttled host) is scored by each replica's own speed. A replica without
-    samples yet is predicted at the fleet's cost."""
-
-    REPLICA_ALPHA = 0.1  # a replica's own estimate follows its samples faster than the fleet's
+    """Cost coefficients of the TTFT prediction, calibrated online from observed TTFTs (one per-token
+    prefill cost for the fleet). Learning it per replica was tried and reverted: at saturation the
+    engines' own queueing inflates a busy replica's samples, the edge then steers away from it,
+    the others saturate in turn, and the fleet collapsed (bench/edge/README.md, 2026-12-02)."""
 
     def __init__(self, prefill_ms_per_token: float, decode_ms_per_running: float) -> None:
-        self.prefill_ms_per_token = prefill_ms_per_token  # the fleet's
+        self.prefill_ms_per_token = prefill_ms_per_token
         self.decode_ms_per_running = decode_ms_per_running
         self._initial = prefill_ms_per_token
-        self.per_replica: dict[str, float] = {}
 
-    def prefill_ms(self, replica_id: str = "") -> float:
-        return self.per_replica.get(replica_id, self.prefill_ms_per_token)
+    def predict(self, rtt_ms: float, backlog_tokens: int, running: int) -> float:
+        return rtt_ms + backlog_tokens * self.prefill_ms_per_token + running * self.decode_ms_per_running
 
-    def predict(self, rtt_ms: float, backlog_tokens: int, running: int, replica_id: str = "") -> float:
-        return rtt_ms + backlog_tokens * self.prefill_ms(replica_id) + running * self.decode_ms_per_running
-
-    def _clamp(self, value: float) -> float:
-        return min(self._initial * 100, max(self._initial / 100, value))
-
-    def observe(self, rtt_ms: float, backlog_tokens: int, observed_ttft_ms: float, replica_id: str = "") -> None:
-        """Nudge the per-token prefill cost (the fleet's, and the replica's) towards what it really took."""
+    def observe(self, rtt_ms: float, backlog_tokens: int, observed_ttft_ms: float) -> None:
+        """Nudge the per-token prefill cost towards what the replica really took."""
         if backlog_tokens < 256 or observed_ttft_ms <= rtt_ms:
             return  # too small to say anything about per-token cost
         sample = (observed_ttft_ms - rtt_ms) / backlog_tokens
-        self.prefill_ms_per_token = self._clamp(self.prefill_ms_per_token + 0.05 * (sample - self.prefill_ms_per_token))
-        if replica_id:
-            own = self.per_replica.get(replica_id, self.prefill_ms_per_token)
-            self.per_replica[replica_id] = self._clamp(own + self.REPLICA_ALPHA * (sample - own))
-
-    def retain(self, live: set[str]) -> None:
-        for rid in [r for r in self.per_replica if r not in live]:
-            del self.per_replica[rid]
+        self.prefill_ms_per_token += 0.05 * (sample - self.prefill_ms_per_token)
+        lo, hi = self._initial / 100, self._initial * 100
+        self.prefill_ms_per_token = min(hi, max(lo, self.prefill_ms_per_token))
 
 
 POLICY_NAMES = ("predicted_ttft", "least_load", "round_robin")

@@ -95,7 +95,6 @@ class Router:
         """Drop state of replicas that left; keep everything else across snapshot swaps."""
         live = set(catalog.replicas)
         self.index.retain(live)
-        self.ttft_model.retain(live)
         for table in (self.breakers, self.health):
             for rid in list(table):
                 if rid not in live:
@@ -197,7 +196,7 @@ class Router:
         load.pending_prefill_tokens -= ticket.uncached_tokens
         if now is not None:
             load.last_progress = now
-        self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms, rid)
+        self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms)
         if ticket.decision.predicted_ttft_ms > 0 and now is not None:
             previous = self.bias_ms(rid, now)
             # predicted_ttft_ms already contains the bias at dispatch; compare against the model alone

@@ -72,7 +72,7 @@ class PrefixScorer:
 
     def score(self, req: RouteRequest, cand: Candidate, est: Estimate, now: float) -> float:
         eviction = self.index.occupancy(cand.replica.id)
-        return (self.penalty + eviction) * est.uncached_tokens * self.model.prefill_ms(cand.replica.id)
+        return (self.penalty + eviction) * est.uncached_tokens * self.model.prefill_ms_per_token
 
 
 class LoadScorer:
@@ -97,7 +97,7 @@ class QueueScorer:
         self.model = ctx.model
 
     def score(self, req: RouteRequest, cand: Candidate, est: Estimate, now: float) -> float:
-        return cand.load.pending_prefill_tokens * self.model.prefill_ms(cand.replica.id)
+        return cand.load.pending_prefill_tokens * self.model.prefill_ms_per_token
 
 
 SCORERS: dict[str, Callable[[ScoringContext], Scorer]] = {
@@ -160,8 +160,7 @@ class ScoredPicker:
     def estimate(self, req: RouteRequest, cand: Candidate, now: float) -> Estimate:
         cached = req.cached_tokens(self.ctx.index, cand.replica.id, now)
         uncached = req.prompt_tokens - cached
-        ttft = self.ctx.model.predict(cand.rtt_ms, cand.load.pending_prefill_tokens + uncached, cand.running,
-                                      cand.replica.id)
+        ttft = self.ctx.model.predict(cand.rtt_ms, cand.load.pending_prefill_tokens + uncached, cand.running)
         return Estimate(cached, uncached, max(cand.rtt_ms, ttft + cand.bias_ms))
 
     def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:

@@ -206,25 +206,6 @@ def test_replica_that_answers_slower_than_predicted_is_avoided_then_retried():
     assert router.bias_ms(d1.replica.id, 60.0) < 1  # the penalty fades, so it is tried again later
 
 
-def test_each_replica_is_scored_by_its_own_learned_prefill_speed():
-    """A mixed fleet: rep1 prefills four times slower (an older GPU type). Once each has answered a
-    few requests, a long uncached prompt goes to the fast one even with a backlog there."""
-    cat = catalog(n=2, max_running=100)
-    router = make_router(prefill_ms_per_token=0.05, decode_ms_per_running=0.0)
-    model = router.ttft_model
-    for _ in range(60):
-        model.observe(rtt_ms=1.0, backlog_tokens=2000, observed_ttft_ms=1.0 + 2000 * 0.02, replica_id="rep0")
-        model.observe(rtt_ms=1.0, backlog_tokens=2000, observed_ttft_ms=1.0 + 2000 * 0.08, replica_id="rep1")
-    assert abs(model.prefill_ms("rep0") - 0.02) < 0.002 and abs(model.prefill_ms("rep1") - 0.08) < 0.008
-    assert 0.02 < model.prefill_ms("unknown") < 0.08  # a new replica starts at the fleet's
-    router.load("rep0").pending_prefill_tokens = 3000  # the fast one has 60 ms of backlog
-    decision, _ = route(router, cat, "L" * 16000)  # ~4000 uncached tokens: 80 ms there, 320 ms on rep1
-    assert decision.replica.id == "rep0"
-    cat2 = catalog(n=1, max_running=100)
-    router.on_catalog(cat2)  # replicas that left take their estimates with them
-    assert set(model.per_replica) == {"rep0"}
-
-
 def test_a_new_scorer_is_one_class_and_one_registry_line(monkeypatch):
     from dataplane.edge import scoring
 
