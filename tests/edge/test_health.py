@@ -127,40 +127,52 @@ def metric(edge, name: str) -> float:
 
 
 def test_a_replica_slow_under_load_stays_in_rotation(edge_factory):
-    """Every engine step takes longer than the edge's probe timeout, so each /health_generate that
-    is sent times out; but the engine streams to the edge's clients the whole time. Before passive
-    health, two such timeouts took the only replica out and its clients got 503s."""
+    """Once three streams run on the only replica, every engine step is made slower than the
+    edge's probe timeout, so each /health_generate that is sent times out; but the engine keeps
+    streaming to the edge's clients. Before passive health, two such timeouts took the replica out
+    and its clients got 503s."""
     key = make_key("slow")
     with sim_fleet(1, served_model_name="demo", extra_args=["--time-scale", "1"], ready_delay=0.0) as fleet:
-        httpx.post(fleet[0].url + "/_sim/faults", json={"slowdown": 60.0}).raise_for_status()
         cfg = standalone_config([fleet[0].url], [{"name": "a", "keys": [{"dev_key": key}]}],
                                 settings={"health_interval_s": 0.2, "health_timeout_s": 0.3,
                                           "health_failures_to_down": 2})
         edge = edge_factory(cfg, redis_url="none")
+        streaming = threading.Semaphore(0)
         chunks: list[int] = []
         errors: list[BaseException] = []
 
         def client() -> None:
             try:
                 stream = sdk(edge, key).chat.completions.create(
-                    model="demo", messages=[{"role": "user", "content": "hi"}], max_tokens=12, stream=True,
+                    model="demo", messages=[{"role": "user", "content": "hi"}], max_tokens=200, stream=True,
                     extra_body={"ignore_eos": True})
-                chunks.append(sum(1 for ch in stream if ch.choices and ch.choices[0].delta.content))
+                count = 0
+                for ch in stream:
+                    if ch.choices and ch.choices[0].delta.content:
+                        count += 1
+                        if count == 1:
+                            streaming.release()
+                chunks.append(count)
             except BaseException as exc:
                 errors.append(exc)
+                streaming.release()
 
         threads = [threading.Thread(target=client) for _ in range(3)]
         for t in threads:
             t.start()
+        for _ in threads:
+            assert streaming.acquire(timeout=30)
+        httpx.post(fleet[0].url + "/_sim/faults", json={"slowdown": 60.0}).raise_for_status()
         seen = []
         deadline = time.monotonic() + 4.0  # twenty probe rounds
         while time.monotonic() < deadline:
             seen.append(tier_health(edge)[1]["healthy_replicas"])
             time.sleep(0.1)
+        httpx.delete(fleet[0].url + "/_sim/faults").raise_for_status()  # let the streams finish
         for t in threads:
             t.join(60)
         assert not errors, errors
-        assert chunks == [12, 12, 12]
+        assert chunks == [200, 200, 200]
         assert seen and min(seen) == 1, seen
         # A late request is still served by it, and it was never taken out.
         assert sdk(edge, key).completions.create(model="demo", prompt="x", max_tokens=1).choices
