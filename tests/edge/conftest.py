@@ -4,6 +4,7 @@ serves a snapshot JSON; the real control plane is built elsewhere)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -13,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 import redis as redis_sync
 
@@ -40,6 +42,29 @@ def standalone_config(replica_urls: list[str], tenants: list[dict[str, Any]], *,
         ]}],
         "tenants": tenants,
     }
+
+
+def add_tier(cfg: dict[str, Any], tier: str, replica_url: str, *, served: str = "demo",
+             context_length: int = 8192) -> dict[str, Any]:
+    """Another quantization tier of the config's first model, served by one replica."""
+    cfg["models"][0]["tiers"].append({"tier": tier, "served_model_name": served, "context_length": context_length,
+                                      "replicas": [{"url": replica_url, "max_running_requests": 32}]})
+    return cfg
+
+
+@contextlib.contextmanager
+def module_edge(cfg: dict[str, Any], tmp_path_factory: Any, name: str) -> Iterator[EdgeProcess]:
+    """A standalone edge (no Redis) for one test module's fixture, stopped when the module is done."""
+    state = tmp_path_factory.mktemp(name)
+    proc = EdgeProcess(cfg, state_dir=state, redis_url="none", log_path=state / "edge.log").start()
+    try:
+        yield proc
+    finally:
+        proc.close()
+
+
+def sdk_client(edge: EdgeProcess, key: str, timeout: float = 30) -> openai.OpenAI:
+    return openai.OpenAI(base_url=edge.url + "/v1", api_key=key, max_retries=0, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from dataplane.sim.process import SimProcess
-from tests.edge.conftest import SIM_ARGS, make_key, standalone_config
+from tests.edge.conftest import SIM_ARGS, make_key, module_edge, sdk_client, standalone_config
 
 KEY = make_key("embed")
 HIDDEN = 896  # qwen2.5-0.5b's hidden size, the simulator's embedding dimension for it
@@ -17,8 +17,6 @@ HIDDEN = 896  # qwen2.5-0.5b's hidden size, the simulator's embedding dimension 
 
 @pytest.fixture(scope="module")
 def edge(sims, tmp_path_factory):
-    from dataplane.edge.process import EdgeProcess
-
     with SimProcess(served_model_name="embedder-bf16", model_path="Qwen/Qwen2.5-0.5B-Instruct", ready_delay=0.0,
                     extra_args=[*SIM_ARGS, "--is-embedding"]) as embedder:
         embedder.wait_healthy()
@@ -27,14 +25,12 @@ def edge(sims, tmp_path_factory):
                                   context_length=512)["models"][0]
         embed["tiers"][0]["task"] = "embed"
         cfg["models"].append(embed)
-        state = tmp_path_factory.mktemp("edge-embed")
-        proc = EdgeProcess(cfg, state_dir=state, redis_url="none", log_path=state / "edge.log").start()
-        yield proc
-        proc.close()
+        with module_edge(cfg, tmp_path_factory, "edge-embed") as proc:
+            yield proc
 
 
 def client(edge) -> openai.OpenAI:
-    return openai.OpenAI(base_url=edge.url + "/v1", api_key=KEY, max_retries=0, timeout=30)
+    return sdk_client(edge, KEY)
 
 
 def test_embeddings_are_unit_vectors_that_compare_like_their_texts(edge):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.edge.conftest import make_key, standalone_config
+from tests.edge.conftest import add_tier, make_key, module_edge, sdk_client, standalone_config
 
 KEYS = {  # key -> its allowlist (None: every model)
     "all": None,
@@ -28,22 +28,15 @@ ALLOWED = {
 
 @pytest.fixture(scope="module")
 def edge(sims, tmp_path_factory):
-    from dataplane.edge.process import EdgeProcess
-
     keys = [{"dev_key": SECRETS[n], "allowed_models": allowed} for n, allowed in KEYS.items()]
-    cfg = standalone_config([sims[0].url], [{"name": "a", "keys": keys}], model="llama")
-    cfg["models"][0]["tiers"].append({"tier": "fp8", "served_model_name": "demo", "context_length": 8192,
-                                      "replicas": [{"url": sims[1].url, "max_running_requests": 32}]})
-    qwen = standalone_config([sims[1].url], [], model="qwen")["models"][0]
-    cfg["models"].append(qwen)
-    state = tmp_path_factory.mktemp("edge-allow")
-    proc = EdgeProcess(cfg, state_dir=state, redis_url="none", log_path=state / "edge.log").start()
-    yield proc
-    proc.close()
+    cfg = add_tier(standalone_config([sims[0].url], [{"name": "a", "keys": keys}], model="llama"), "fp8", sims[1].url)
+    cfg["models"].append(standalone_config([sims[1].url], [], model="qwen")["models"][0])
+    with module_edge(cfg, tmp_path_factory, "edge-allow") as proc:
+        yield proc
 
 
 def client(edge, name: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=edge.url + "/v1", api_key=SECRETS[name], max_retries=0, timeout=30)
+    return sdk_client(edge, SECRETS[name])
 
 
 @pytest.mark.parametrize("key", list(KEYS))

@@ -12,7 +12,7 @@ from dataplane.edge import errors
 from dataplane.edge.echo import echo, model_rewrite
 from dataplane.edge.settings import EdgeSettings
 from dataplane.edge.validation import CHAT, COMPLETION, TokenEstimator, validate
-from tests.edge.conftest import make_key, standalone_config
+from tests.edge.conftest import add_tier, make_key, module_edge, sdk_client, standalone_config
 
 KEY = make_key("parity")
 MSGS = [{"role": "user", "content": "hello"}]
@@ -20,21 +20,15 @@ MSGS = [{"role": "user", "content": "hello"}]
 
 @pytest.fixture(scope="module")
 def edge(sims, tmp_path_factory):
-    from dataplane.edge.process import EdgeProcess
-
     # The engines serve "demo"; tenants ask for "llama-3.1-8b" (default tier bf16) or "llama-3.1-8b:fp8".
     cfg = standalone_config([sims[0].url], [{"name": "a", "keys": [{"dev_key": KEY}]}], model="llama-3.1-8b",
                             settings={"extra_request_fields": ["lora_path"]})
-    cfg["models"][0]["tiers"].append({"tier": "fp8", "served_model_name": "demo", "context_length": 8192,
-                                      "replicas": [{"url": sims[1].url, "max_running_requests": 32}]})
-    state = tmp_path_factory.mktemp("edge-parity")
-    proc = EdgeProcess(cfg, state_dir=state, redis_url="none", log_path=state / "edge.log").start()
-    yield proc
-    proc.close()
+    with module_edge(add_tier(cfg, "fp8", sims[1].url), tmp_path_factory, "edge-parity") as proc:
+        yield proc
 
 
 def client(edge) -> openai.OpenAI:
-    return openai.OpenAI(base_url=edge.url + "/v1", api_key=KEY, max_retries=0, timeout=30)
+    return sdk_client(edge, KEY)
 
 
 @pytest.mark.parametrize("asked", ["llama-3.1-8b", "llama-3.1-8b:fp8", "llama-3.1-8b:bf16"])
