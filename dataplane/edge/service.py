@@ -49,12 +49,14 @@ from dataplane.edge.sse import (
     carries_output,
     error_event,
     is_error_event,
+    replay,
     token_counts,
     usage_of_event,
 )
 from dataplane.edge.upstream import ConnectFailed, UpstreamClient, UpstreamError, UpstreamResponse
 from dataplane.edge.usage import UsageRecorder, make_event
 from dataplane.edge.validation import (
+    CHAT,
     EMBEDDING,
     KIND_PATHS,
     InferenceRequest,
@@ -381,26 +383,39 @@ class EdgeService:
         st.echo = model_rewrite(variant.served_model_name, req.model)
         check_context(req, variant.context_length)
 
-        ckey = None
-        if tenant.response_cache and req.deterministic and not req.stream:
+        # The exact cache: what every answer says about it (x-nimbus-cache), and a hit served as the
+        # client asked for it, streamed (replayed) or not. Only non-streamed misses fill it.
+        ckey, hit, cache_state = None, None, "bypass"
+        if tenant.response_cache and req.deterministic:
             ckey = cache_key(tenant.id, variant.id, kind, body)
             hit = self.response_cache.get(ckey, time.monotonic())
-            if hit is not None:
-                self.metrics.child(self.metrics.cache_hits, req.model).inc()
-                st.status, st.http_status = "ok", 200
-                st.response_started = True
-                self._meter(st)
-                await send_json(send, 200, hit, {"x-request-id": st.request_id, "x-nimbus-cache": "hit"})
-                return
+            cache_state = "hit" if hit is not None else "miss"
+            if req.stream:
+                ckey = None
 
-        decision = await self.limiter.admit(tenant, st.request_id, req.reserved_tokens)
+        # A hit costs no GPU tokens but is a request: it counts against RPM (and concurrency).
+        decision = await self.limiter.admit(tenant, st.request_id, 0 if hit is not None else req.reserved_tokens)
         if self.limiter.redis is not None and not self.limiter.redis_usable and not tenant.limits.unlimited:
             self.metrics.limits_fallback.inc()
-        st.rate_headers = decision.headers
+        st.rate_headers = {**decision.headers, "x-nimbus-cache": cache_state}
         if not decision.allowed:
             self.metrics.child(self.metrics.rate_limited, decision.reason).inc()
             raise to_error(decision)
         st.lease = decision.lease
+
+        if hit is not None:
+            self.metrics.child(self.metrics.cache_hits, req.model).inc()
+            st.status, st.http_status = "ok", 200
+            st.response_started = True
+            self._meter(st)
+            extra = {**st.rate_headers, "x-request-id": st.request_id}
+            if req.stream:
+                await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS + _headers(extra)})
+                await send({"type": "http.response.body", "body": replay(hit, kind == CHAT, req.include_usage),
+                            "more_body": False})
+            else:
+                await send_json(send, 200, hit, extra)
+            return
 
         if not catalog.candidates(tenant.id, variant.id):
             self.signals.holding(variant.served_model_name, 1)  # backlog for the autoscaler

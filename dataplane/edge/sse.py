@@ -95,3 +95,32 @@ def carries_output(event: bytes) -> bool:
         if choice.get("text") or choice.get("finish_reason") or delta.get("content") or delta.get("tool_calls"):
             return True
     return False
+
+
+def replay(body: bytes, chat: bool, include_usage: bool) -> bytes:
+    """A whole (cached) answer as the stream a live one would have been: per choice one event with
+    its content (chat: role, content, tool calls; completions: text) and one with its finish
+    reason, the usage event if the client asked for it, then [DONE]. Same ids, model and shapes."""
+    obj = msgspec.json.decode(body)
+    base = {"id": obj.get("id"), "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": obj.get("created", 0), "model": obj.get("model")}
+    events = []
+    for choice in obj.get("choices") or ():
+        index = choice.get("index", 0)
+        if chat:
+            message = choice.get("message") or {}
+            delta: dict = {"role": "assistant", "content": message.get("content")}
+            if message.get("tool_calls"):
+                delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(message["tool_calls"])]
+            events.append({**base, "choices": [{"index": index, "delta": delta, "logprobs": choice.get("logprobs"),
+                                                "finish_reason": None}]})
+            events.append({**base, "choices": [{"index": index, "delta": {}, "logprobs": None,
+                                                "finish_reason": choice.get("finish_reason")}]})
+        else:
+            events.append({**base, "choices": [{"index": index, "text": choice.get("text", ""),
+                                                "logprobs": choice.get("logprobs"), "finish_reason": None}]})
+            events.append({**base, "choices": [{"index": index, "text": "", "logprobs": None,
+                                                "finish_reason": choice.get("finish_reason")}]})
+    if include_usage and obj.get("usage"):
+        events.append({**base, "choices": [], "usage": obj["usage"]})
+    return b"".join(b"data: " + msgspec.json.encode(e) + b"\n\n" for e in events) + DONE

@@ -17,6 +17,7 @@ LIMITED = make_key("limited")
 SUSPENDED = make_key("susp")
 BROKE = make_key("broke")
 CACHED = make_key("cached")
+CACHED_LIMITED = make_key("cachedlim")
 TENANTS = [
     {"name": "acme", "keys": [{"dev_key": KEY}]},
     {"name": "limited", "limits": {"requests_per_minute": 2}, "keys": [{"dev_key": LIMITED}]},
@@ -24,6 +25,8 @@ TENANTS = [
     {"name": "broke", "limits": {"monthly_token_budget": 100, "monthly_tokens_used": 100},
      "keys": [{"dev_key": BROKE}]},
     {"name": "cached", "response_cache": True, "keys": [{"dev_key": CACHED}]},
+    {"name": "cachedlim", "response_cache": True, "limits": {"requests_per_minute": 2},
+     "keys": [{"dev_key": CACHED_LIMITED}]},
 ]
 
 
@@ -180,12 +183,34 @@ def test_response_cache_is_opt_in_and_exact(edge):
     second = c.chat.completions.with_raw_response.create(**body)
     assert second.headers.get("x-nimbus-cache") == "hit"
     assert second.parse().choices[0].message.content == first.parse().choices[0].message.content
+    assert first.headers.get("x-nimbus-cache") == "miss"
     other = c.chat.completions.with_raw_response.create(**{**body, "max_tokens": 6})
-    assert other.headers.get("x-nimbus-cache") is None
+    assert other.headers.get("x-nimbus-cache") == "miss"
+    sampled = c.chat.completions.with_raw_response.create(**{**body, "temperature": 0.7})
+    assert sampled.headers.get("x-nimbus-cache") == "bypass"  # not deterministic: never from the cache
+    # A streamed request is answered from the cache as the stream a live answer would be.
+    raw = c.chat.completions.with_raw_response.create(**body, stream=True, stream_options={"include_usage": True})
+    assert raw.headers.get("x-nimbus-cache") == "hit" and raw.headers["content-type"].startswith("text/event-stream")
+    chunks = list(raw.parse())
+    assert "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == \
+        first.parse().choices[0].message.content
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].usage.completion_tokens == 5
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "length"
     # a tenant without opt-in never gets cached answers
     plain = client(edge).chat.completions.with_raw_response.create(**body)
     again = client(edge).chat.completions.with_raw_response.create(**body)
-    assert plain.headers.get("x-nimbus-cache") is None and again.headers.get("x-nimbus-cache") is None
+    assert plain.headers.get("x-nimbus-cache") == "bypass" and again.headers.get("x-nimbus-cache") == "bypass"
+
+
+def test_a_cache_hit_counts_against_the_request_rate(edge):
+    body = {"model": "demo", "messages": [{"role": "user", "content": "cached and limited"}],
+            "max_tokens": 3, "temperature": 0}
+    c = client(edge, key=CACHED_LIMITED)
+    assert c.chat.completions.with_raw_response.create(**body).headers["x-nimbus-cache"] == "miss"
+    hit = c.chat.completions.with_raw_response.create(**body)
+    assert hit.headers["x-nimbus-cache"] == "hit" and hit.headers["x-ratelimit-remaining-requests"] == "0"
+    with pytest.raises(openai.RateLimitError):
+        c.chat.completions.create(**body)  # a third request in the minute, cached or not
 
 
 def test_client_disconnect_aborts_upstream(edge, sims):
