@@ -43,9 +43,9 @@ async def checked_allowlist(session: AsyncSession, refs: list[str] | None) -> li
     model ("name") or no tier of one ("name:tier"). None stays None: every model."""
     if refs is None:
         return None
-    known = {name: set() for name in await session.scalars(select(Model.name))}
-    for name, tier in await session.execute(select(Model.name, ModelVariant.tier).join(ModelVariant.model)):
-        known[name].add(tier)
+    known: dict[str, set[str]] = {}
+    for name, tier in await session.execute(select(Model.name, ModelVariant.tier).outerjoin(Model.variants)):
+        known.setdefault(name, set()).update([tier] if tier is not None else [])
     problems = []
     for i, ref in enumerate(refs):
         name, _, tier = ref.partition(":")

@@ -137,17 +137,27 @@ class Router:
         caller's exclusions never come back this way. Readiness asks with ``degrade=False``: a model
         served only by such replicas must not look healthy to DNS."""
         bad_regions = self.failing_regions(replicas)
-        usable = [r for r in replicas
-                  if r.id not in exclude and r.region not in exclude_regions and self.health_of(r.id).reachable]
-        tiers: tuple[tuple[str, list[Replica]], ...] = (
-            ("", [r for r in usable if r.region not in bad_regions and self.health_of(r.id).healthy]),
-            (DEGRADED_FAILING_REGION, [r for r in usable if r.region in bad_regions and self.health_of(r.id).healthy]),
-            (DEGRADED_UNHEALTHY, [r for r in usable if not self.health_of(r.id).healthy]),
-        )
+        # One pass: each replica's health looked up once, candidates built for the first tier only;
+        # the wider tiers are built only when the first is empty (on the hot path it rarely is).
+        wider: tuple[list[tuple[Replica, HealthState]], list[tuple[Replica, HealthState]]] = ([], [])
+        first: list[tuple[Replica, HealthState]] = []
+        for r in replicas:
+            if r.id in exclude or r.region in exclude_regions:
+                continue
+            st = self.health_of(r.id)
+            if not st.reachable:
+                continue
+            if not st.healthy:
+                wider[1].append((r, st))
+            elif r.region in bad_regions:
+                wider[0].append((r, st))
+            else:
+                first.append((r, st))
+        tiers = (("", first), (DEGRADED_FAILING_REGION, wider[0]), (DEGRADED_UNHEALTHY, wider[1]))
         for degraded, tier in tiers if degrade else tiers[:1]:
             out = [Candidate(r, self.load(r.id), self.rtt_ms(catalog, r), self.capacity(r),
-                             self.bias_ms(r.id, now) + self.health_of(r.id).slow_penalty_ms, degraded)
-                   for r in tier if self.breaker(r.id).allows(now)]
+                             self.bias_ms(r.id, now) + st.slow_penalty_ms, degraded)
+                   for r, st in tier if self.breaker(r.id).allows(now)]
             if out:
                 return out
         return []

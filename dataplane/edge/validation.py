@@ -338,9 +338,7 @@ def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_
         raise errors.bad_request("`stream_options.include_usage` must be a boolean.",
                                  param="stream_options.include_usage")
     include_usage = bool(stream and opts and opts.get("include_usage"))
-    priority = body.get("priority")
-    if priority is not None and (not isinstance(priority, str) or priority not in PRIORITIES):
-        raise errors.bad_request(f"`priority` must be one of {list(PRIORITIES)}.", param="priority")
+    priority = _priority(body)
     temperature = body.get("temperature", 1.0)
     deterministic = n == 1 and (temperature == 0 or body.get("top_k") == 1)
     return InferenceRequest(
@@ -348,6 +346,14 @@ def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_
         prompt_tokens_est=estimator.estimate(prompt_text), max_tokens=max_tokens * n, stream=stream,
         include_usage=include_usage, priority=priority, deterministic=deterministic,
     )
+
+
+def _priority(body: dict[str, Any]) -> str | None:
+    """The edge's own ``priority`` field: a class name, or absent."""
+    priority = body.get("priority")
+    if priority is not None and (not isinstance(priority, str) or priority not in PRIORITIES):
+        raise errors.bad_request(f"`priority` must be one of {list(PRIORITIES)}.", param="priority")
+    return priority
 
 
 def _embedding_request(body: dict[str, Any], model: str, estimator: TokenEstimator) -> InferenceRequest:
@@ -382,9 +388,7 @@ def _embedding_request(body: dict[str, Any], model: str, estimator: TokenEstimat
         raise errors.bad_request("`dimensions` must be a positive integer.", param="dimensions")
     if body.get("user") is not None and not isinstance(body["user"], str):
         raise errors.bad_request("`user` must be a string.", param="user")
-    priority = body.get("priority")
-    if priority is not None and (not isinstance(priority, str) or priority not in PRIORITIES):
-        raise errors.bad_request(f"`priority` must be one of {list(PRIORITIES)}.", param="priority")
+    priority = _priority(body)
     return InferenceRequest(
         kind=EMBEDDING, body=body, model=model, prompt_text=texts[0], prompt_tokens_est=sum(sizes), max_tokens=0,
         stream=False, include_usage=False, priority=priority, deterministic=True, longest_input_tokens=max(sizes),

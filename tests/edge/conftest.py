@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import redis as redis_sync
@@ -65,6 +66,12 @@ def module_edge(cfg: dict[str, Any], tmp_path_factory: Any, name: str) -> Iterat
 
 def sdk_client(edge: EdgeProcess, key: str, timeout: float = 30) -> openai.OpenAI:
     return openai.OpenAI(base_url=edge.url + "/v1", api_key=key, max_retries=0, timeout=timeout)
+
+
+def metric(edge: EdgeProcess, name: str) -> float:
+    """The sum of an edge's /metrics samples whose line starts with ``name`` (labels included)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in httpx.get(edge.url + "/metrics").text.splitlines()
+               if line.startswith(name) and not line.startswith("#"))
 
 
 @pytest.fixture(scope="session")

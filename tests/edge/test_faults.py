@@ -11,21 +11,13 @@ import openai
 import pytest
 
 from dataplane.sim.process import SimProcess, sim_fleet
-from tests.edge.conftest import SIM_ARGS, cp_snapshot, make_key, standalone_config
+from tests.edge.conftest import SIM_ARGS, cp_snapshot, make_key, metric, sdk_client, standalone_config
 
 MSGS = [{"role": "user", "content": "hello"}]
 
 
 def sdk(edge, key):
-    return openai.OpenAI(base_url=edge.url + "/v1", api_key=key, max_retries=0, timeout=20)
-
-
-def metric(edge, name: str) -> float:
-    total = 0.0
-    for line in httpx.get(edge.url + "/metrics").text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return sdk_client(edge, key, timeout=20)
 
 
 def test_replica_killed_before_first_byte_is_retried_elsewhere(edge_factory):

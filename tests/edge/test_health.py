@@ -10,7 +10,6 @@ import threading
 import time
 
 import httpx
-import openai
 import pytest
 
 from dataplane.edge.health import ProbeResult, judge
@@ -23,7 +22,7 @@ from dataplane.edge.router import (
     PROBE_SLOW,
 )
 from dataplane.sim.process import sim_fleet
-from tests.edge.conftest import SIM_ARGS, make_key, standalone_config
+from tests.edge.conftest import SIM_ARGS, make_key, metric, sdk_client, standalone_config
 from tests.edge.test_routing import catalog, make_router, route
 
 # ---- the verdict of one probe ------------------------------------------------------------------
@@ -112,18 +111,9 @@ def test_a_slow_replica_stays_eligible_but_scores_its_probe_timeout_until_it_ans
 # ---- end to end: a real edge and real simulators ------------------------------------------------
 
 
-def sdk(edge, key):
-    return openai.OpenAI(base_url=edge.url + "/v1", api_key=key, max_retries=0, timeout=30)
-
-
 def tier_health(edge) -> tuple[int, dict]:
     resp = httpx.get(edge.url + "/health/models/demo", timeout=5)
     return resp.status_code, resp.json()["tiers"]["bf16"]
-
-
-def metric(edge, name: str) -> float:
-    return sum(float(line.rsplit(" ", 1)[1]) for line in httpx.get(edge.url + "/metrics").text.splitlines()
-               if line.startswith(name) and not line.startswith("#"))
 
 
 def test_a_replica_slow_under_load_stays_in_rotation(edge_factory):
@@ -143,7 +133,7 @@ def test_a_replica_slow_under_load_stays_in_rotation(edge_factory):
 
         def client() -> None:
             try:
-                stream = sdk(edge, key).chat.completions.create(
+                stream = sdk_client(edge, key).chat.completions.create(
                     model="demo", messages=[{"role": "user", "content": "hi"}], max_tokens=200, stream=True,
                     extra_body={"ignore_eos": True})
                 count = 0
@@ -175,7 +165,7 @@ def test_a_replica_slow_under_load_stays_in_rotation(edge_factory):
         assert chunks == [200, 200, 200]
         assert seen and min(seen) == 1, seen
         # A late request is still served by it, and it was never taken out.
-        assert sdk(edge, key).completions.create(model="demo", prompt="x", max_tokens=1).choices
+        assert sdk_client(edge, key).completions.create(model="demo", prompt="x", max_tokens=1).choices
         assert metric(edge, "nimbus_edge_degraded_dispatches_total") == 0
 
 
@@ -197,7 +187,7 @@ def test_a_dead_replica_leaves_at_the_first_probe(edge_factory):
             time.sleep(0.05)
         retries = metric(edge, "nimbus_edge_retries_total")
         for _ in range(4):  # round robin would send half of these to the dead replica
-            assert sdk(edge, key).completions.create(model="demo", prompt="x", max_tokens=1).choices
+            assert sdk_client(edge, key).completions.create(model="demo", prompt="x", max_tokens=1).choices
         assert metric(edge, "nimbus_edge_retries_total") == retries
 
 
@@ -216,7 +206,7 @@ def test_the_last_region_whose_replicas_all_fail_their_probes_still_serves(edge_
         # DNS hears the truth: the model is not healthy here...
         assert tier_health(edge)[0] == 503
         # ...but the clients that still reach this region are served by the best of what is left.
-        c = sdk(edge, key)
+        c = sdk_client(edge, key)
         for _ in range(3):
             assert c.completions.create(model="demo", prompt="x", max_tokens=2).usage.completion_tokens == 2
         stream = c.chat.completions.create(model="demo", messages=[{"role": "user", "content": "hi"}],
