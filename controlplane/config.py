@@ -142,6 +142,23 @@ class Settings(BaseSettings):
         description="Share of a pool's profiled throughput a replace onto a slower GPU type may take away until the "
                     "replicas added for it are ready (1: no cap; lower it for pools run without headroom).",
     )
+    # The Batch API (controlplane/batches): files in the region's object store, lines sent through an edge.
+    batch_store_url: str | None = Field(
+        default=None, description="Batch API files: s3://bucket/prefix, gs://bucket/prefix or a directory "
+                                  "(default: <state_dir>/files).")
+    batch_store_endpoint_url: str | None = Field(default=None, description="Object store endpoint override (an emulator).")
+    batch_store_kms_key_id: str | None = Field(
+        default=None, description="S3: the KMS key batch files are encrypted with (default: S3-managed keys).")
+    batch_edge_url: str | None = Field(default=None, description="The edge batch workers send lines through (default: edge_url).")
+    batch_file_max_bytes: int = Field(default=100 << 20, gt=0, description="Largest file a tenant may upload.")
+    batch_max_requests: int = Field(default=50_000, gt=0, description="Most lines in one batch's input file (OpenAI's).")
+    batch_concurrency: int = Field(default=64, ge=1, description="Lines of one batch in flight at once.")
+    batch_lease_s: float = Field(default=60.0, gt=0, description="A batch worker's claim; renewed while it runs.")
+    batch_interval_s: float = Field(default=2.0, gt=0, description="Beat: how often batches are picked up.")
+
+    @property
+    def resolved_batch_store_url(self) -> str:
+        return self.batch_store_url or str((self.state_dir / "files").resolve())
 
     @property
     def resolved_database_url(self) -> str:

@@ -274,6 +274,9 @@ class Platform:
                                    "--port", str(self.api_port), "--log-level", "warning"], self.api_url + "/healthz"),
             "worker": Service("worker", [*celery, "worker", "--pool=solo", "--loglevel=WARNING",
                                          "--hostname", f"embedded-{os.getpid()}@%h"]),
+            # Batches run on their own worker: one can take hours, and the fleet ticks must not wait.
+            "batch-worker": Service("batch-worker", [*celery, "worker", "--pool=solo", "--loglevel=WARNING",
+                                                     "-Q", "batches", "--hostname", f"embedded-batches-{os.getpid()}@%h"]),
             "beat": Service("beat", [*celery, "beat", "--loglevel=WARNING",
                                      "--schedule", str(self.state_dir / "celerybeat-schedule")]),
             "edge": Service("edge", [python, "-m", "dataplane.edge", "--control-plane-url", self.api_url,
@@ -498,7 +501,7 @@ Logs: {self.log_dir}  ·  Ctrl-C stops everything.
         """Pipeline first (no new launches), then the nodes, then the edge, the API and Redis."""
         from sqlalchemy.exc import DBAPIError
 
-        for name in ("beat", "worker"):
+        for name in ("beat", "worker", "batch-worker"):
             if name in self.services:
                 self.services[name].stop()
         stopped = None

@@ -71,6 +71,9 @@ def plain_error(status: int, message: str) -> tuple[bytes, bytes]:
 @dataclass(frozen=True)
 class ServerOptions:
     max_body: int = MAX_BODY
+    # Larger bodies for some paths (URL prefix, limit): file uploads, whose route checks its own
+    # size, without raising every other route's limit.
+    body_limits: tuple[tuple[bytes, int], ...] = ()
     # What a client whose body is too large gets (the edge answers in OpenAI's error shape).
     too_large_type: bytes = b"text/plain"
     too_large_body: bytes = b"request body too large"
@@ -204,6 +207,7 @@ class Connection(asyncio.Protocol):
         self._stopped = False  # no more requests are parsed on this connection
         self._pending_error: tuple[int, str] | None = None  # answered once the responses before it are done
         self._early_checked = False
+        self._max_body = options.max_body
         self._reset_message()
 
     @property
@@ -369,6 +373,8 @@ class Connection(asyncio.Protocol):
         if self._phase == _HEAD:
             self._phase = _BODY
             self.deadline = self._loop.time() + opts.body_timeout_s
+        self._max_body = next((limit for prefix, limit in opts.body_limits if self._url.startswith(prefix)),
+                              opts.max_body)
         if opts.early is not None and self._current is None and not self._queue:
             self._early_checked = True
             answer = opts.early(self, self._parser.get_method(), self._url, headers)
@@ -380,7 +386,7 @@ class Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
-        if self._body_size > self._options.max_body:
+        if self._body_size > self._max_body:
             raise _Refused(413, "request body too large")
         self._body.append(body)
 

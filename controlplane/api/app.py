@@ -16,6 +16,7 @@ from sqlalchemy import text
 
 from controlplane.api.admin import admin_router
 from controlplane.api.agents import agents_router
+from controlplane.api.batch_api import BatchApiController
 from controlplane.api.bodies import MAX_BODY_BYTES, NimbusRequest
 from controlplane.api.deps import provide_db, provide_key_verifier, provide_settings
 from controlplane.api.errors import EXCEPTION_HANDLERS
@@ -71,7 +72,7 @@ def create_app(settings: Settings | None = None, extra_handlers: list | None = N
     )
     return Litestar(
         route_handlers=[
-            healthz, metrics, admin_router, TenantSelfController, EdgeController, agents_router, console_router, console_static,
+            healthz, metrics, admin_router, TenantSelfController, EdgeController, BatchApiController, agents_router, console_router, console_static,
             *(extra_handlers or []),
         ],
         template_config=console_template_config,

@@ -2,6 +2,7 @@
 
 from controlplane.db.base import Base
 from controlplane.models.audit import AuditEvent
+from controlplane.models.batches import Batch, BatchFile, BatchResult
 from controlplane.models.catalog import Cloud, InstanceType, Model, ModelVariant, Region, Zone
 from controlplane.models.console import ConsoleSession
 from controlplane.models.enums import (
@@ -26,6 +27,9 @@ __all__ = [
     "AuditEvent",
     "AutoscalerDecision",
     "Base",
+    "Batch",
+    "BatchFile",
+    "BatchResult",
     "BlockScope",
     "CapacityBlock",
     "Cloud",

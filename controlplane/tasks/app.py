@@ -18,7 +18,11 @@ from celery import Celery
 from controlplane.config import Settings
 from controlplane.tasks import runtime
 
-TASK_MODULES = ["controlplane.tasks.provisioning", "controlplane.tasks.usage", "controlplane.tasks.autoscale"]
+TASK_MODULES = ["controlplane.tasks.provisioning", "controlplane.tasks.usage", "controlplane.tasks.autoscale",
+                "controlplane.tasks.batches"]
+# Long work gets its own queue and worker (``celery worker -Q batches``), so the fleet's ticks never
+# wait behind it.
+TASK_ROUTES = {"nimbus.run_batches": {"queue": "batches"}}
 
 
 def broker_settings(settings: Settings) -> dict[str, Any]:
@@ -52,6 +56,8 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
                   "options": {"expires": settings.sweep_interval_s}},
         "rollup-usage": {"task": "nimbus.rollup_usage", "schedule": settings.usage_rollup_interval_s,
                          "options": {"expires": settings.usage_rollup_interval_s * 2}},
+        "run-batches": {"task": "nimbus.run_batches", "schedule": settings.batch_interval_s,
+                        "options": {"expires": settings.batch_interval_s * 2, "queue": "batches"}},
     }
     if settings.autoscaler_enabled:
         schedule["autoscale"] = {"task": "nimbus.autoscale", "schedule": settings.autoscale_interval_s,
@@ -70,6 +76,7 @@ def configure_app(app: Celery, settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         timezone="UTC",
         beat_schedule=beat_schedule(settings),
+        task_routes=TASK_ROUTES,
         worker_hijack_root_logger=False,
     )
     return app

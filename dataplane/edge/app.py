@@ -10,7 +10,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from dataplane import httpserver
-from dataplane.edge import door, errors, readiness
+from dataplane.edge import batch_api, door, errors, readiness
 from dataplane.edge.service import EdgeService, send_json
 from dataplane.edge.validation import INFERENCE_ROUTES
 
@@ -70,7 +70,8 @@ class EdgeApp:
         self.service = service
         s = service.settings
         self.throttle = door.AddressThrottle(s.unauth_rate_per_s, s.unauth_burst)
-        self.check_credentials = door.CredentialCheck(lambda: self.service.catalog)
+        self.check_credentials = door.CredentialCheck(lambda: self.service.catalog, edge_token=s.edge_token)
+        self.batch_api = batch_api.BatchApiForwarder(s.control_plane_url, s.edge_token)
 
     def early(self, conn: httpserver.Connection, method: bytes, url: bytes,
               headers: dict[bytes, bytes]) -> httpserver.EarlyAnswer | None:
@@ -79,7 +80,8 @@ class EdgeApp:
         check = self.check_credentials
         if auth in check._passed and check._catalog is self.service.catalog:  # a key that passed already
             return None
-        if method != b"POST" or url.partition(b"?")[0] not in EARLY_ROUTES:
+        path = url.partition(b"?")[0]
+        if method != b"POST" or (path not in EARLY_ROUTES and path != b"/v1/files"):  # uploads: before 100 MiB
             return None
         exc = self.check_credentials(auth)
         if exc is None:
@@ -114,6 +116,10 @@ class EdgeApp:
                 auth = request.headers.get(b"authorization")
                 await send_json(send, 200, self.service.retrieve_model(auth.decode("latin-1") if auth else None,
                                                                        unquote(path[len("/v1/models/"):])))
+            elif batch_api.routes(path):
+                status, kind, body = await self.batch_api.forward(self.service.catalog, request)
+                await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]})
+                await send({"type": "http.response.body", "body": body})
             elif path == "/health":
                 await send_json(send, 200, b'{"status":"ok"}')
             elif path.startswith("/health/") and method == "GET":
@@ -156,4 +162,5 @@ class EdgeApp:
             await stop.wait()
         finally:
             await server.shutdown(SHUTDOWN_GRACE_S)
+            await self.batch_api.stop()
             await self.service.stop()

@@ -129,6 +129,7 @@ class Catalog:
     etag: str
     tenants: dict[str, Tenant] = field(default_factory=dict)
     keys_by_hash: dict[str, ApiKey] = field(default_factory=dict)
+    keys_by_id: dict[str, ApiKey] = field(default_factory=dict)  # the batch runner names its key by id
     models: dict[str, Model] = field(default_factory=dict)
     variants: dict[str, Variant] = field(default_factory=dict)
     pools: dict[str, Pool] = field(default_factory=dict)
@@ -157,7 +158,7 @@ class Catalog:
                 response_cache=bool(t.get("response_cache", False)),
             )
         for k in snap.get("keys", []):
-            cat.keys_by_hash[k["sha256"].lower()] = ApiKey(
+            cat.keys_by_hash[k["sha256"].lower()] = cat.keys_by_id[k["id"]] = ApiKey(
                 id=k["id"], tenant_id=k["tenant_id"], prefix=k.get("prefix", ""), sha256=k["sha256"].lower(),
                 scopes=tuple(k.get("scopes") or ("inference",)), expires_at=_parse_time(k.get("expires_at")),
                 priority=k.get("priority") if k.get("priority") in PRIORITIES else INTERACTIVE,

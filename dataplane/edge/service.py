@@ -23,7 +23,7 @@ import msgspec
 
 from dataplane.edge import errors
 from dataplane.edge.admission import Admission
-from dataplane.edge.auth import authenticate
+from dataplane.edge.auth import authenticate, batch_caller
 from dataplane.edge.breaker import OPEN, RetryBudget
 from dataplane.edge.catalog import BATCH, INTERACTIVE, ApiKey, Catalog, Replica, Tenant, Variant
 from dataplane.edge.echo import echo, model_rewrite
@@ -128,6 +128,7 @@ class RequestState:
     error_code: str | None = None
     metered: bool = False  # its usage event is in the spool (written before the response's last bytes)
     echo: tuple[bytes, bytes] | None = None  # served -> requested model name in the answer (echo.py)
+    batch_line: bool = False  # sent by the batch runner, under the line's own request id
 
 
 def _headers(pairs: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -362,13 +363,18 @@ class EdgeService:
                          send: Send) -> None:
         s = self.settings
         catalog = self._catalog()
-        tenant, key = authenticate(catalog, headers.get("authorization"))
+        batch = batch_caller(catalog, headers, s.edge_token)
+        if batch is not None:  # a line of a tenant's batch, sent by the control plane's batch runner
+            tenant, key, st.request_id = batch
+            st.batch_line = True
+        else:
+            tenant, key = authenticate(catalog, headers.get("authorization"))
         st.tenant, st.key = tenant, key
         body = parse_json(raw, s.max_body_bytes, s.max_json_depth)
         req = validate(kind, body, self.estimator, max_messages=s.max_messages, max_n=s.max_n,
                        extra_fields=self.extra_fields)
         st.req, st.model = req, req.model
-        st.priority = self._priority(key, req, headers)
+        st.priority = BATCH if batch is not None else self._priority(key, req, headers)
         resolved = catalog.resolve_model(req.model)
         if resolved is None or not catalog.usable_pools(tenant.id, resolved[1].id) \
                 or not key.allows(resolved[0].name, resolved[1].tier):
@@ -800,8 +806,13 @@ class EdgeService:
             return  # unauthenticated: nobody to bill
         st.metered = True
         prompt, completion, cached = self._counts(st)
+        request_id = st.request_id
+        if st.batch_line and (st.status == "client_abort" or st.http_status == 429 or st.http_status >= 500):
+            # An attempt the batch runner may send again (controlplane.batches.runner): metered as
+            # itself, so that the line's id, which usage counts once, is left for the answer it keeps.
+            request_id = f"{request_id}~{os.urandom(4).hex()}"
         self.usage.record(make_event(
-            request_id=st.request_id, tenant_id=st.tenant.id, key_id=st.key.id if st.key else None,
+            request_id=request_id, tenant_id=st.tenant.id, key_id=st.key.id if st.key else None,
             variant_id=st.variant.id if st.variant else None, model=st.model,
             region=st.replica.region if st.replica else None, replica_id=st.replica.id if st.replica else None,
             prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,

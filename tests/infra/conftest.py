@@ -1,4 +1,4 @@
-"""Fixtures for the infra tests: a real moto server, the GCE test double, a catalog."""
+"""Fixtures for the infra tests: a real moto server, the GCE and GCS test doubles, a catalog."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ from infra.errors import RetryPolicy
 from infra.gcp import GcpProvider
 from infra.local import LocalProvider
 from tests.infra.gce_double import GceDouble
+from tests.infra.gcs_double import GcsDouble, serve_gcs_double
 
 AWS_REGION = "us-east-1"
 GCP_PROJECT = "nimbus-test"
@@ -141,6 +143,33 @@ def gcp(gce: GceDouble) -> GcpProvider:
         client_options={"api_endpoint": gce.endpoint},
         retry_policy=RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.02),
     )
+
+
+@pytest.fixture
+def s3_bucket(moto_endpoint: str, aws_session: boto3.Session) -> str:
+    """A fresh, empty bucket on the moto server (no reset: other tests' state is left alone)."""
+    name = f"nimbus-test-{uuid.uuid4().hex[:12]}"
+    aws_session.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[GcsDouble]:
+    """The GCS JSON API test double (tests/infra/gcs_double.py) under uvicorn on a loopback port.
+
+    Point ``infra.objectstore.GCSStore`` (or any google-cloud-storage client) at
+    ``gcs_server.endpoint``; it records every request in ``gcs_server.requests``.
+    """
+    with serve_gcs_double() as double:
+        yield double
+
+
+@pytest.fixture
+def gcs_bucket(gcs_server: GcsDouble) -> str:
+    """A fresh, empty bucket in the GCS double."""
+    name = f"nimbus-test-{uuid.uuid4().hex[:12]}"
+    gcs_server.create_bucket(name)
+    return name
 
 
 # A harmless stand-in for the node agent: it records what it was started with, then idles.

@@ -186,3 +186,87 @@ def test_gcp_gpu_node_account_only_reads_weights():
     assert member["role"] == "roles/storage.objectViewer"
     project_roles = _resource(GCP / "gpu-template", "google_project_iam_member", "node")["for_each"]
     assert project_roles == '${toset(["roles/logging.logWriter", "roles/monitoring.metricWriter"])}'
+
+
+# The Batch API's files (infra/objectstore.py) under batches/ of the control plane's
+# regional artifact bucket: read, write and delete there, nothing else in the bucket.
+BATCH_FILE_ACTIONS = {"s3:PutObject", "s3:GetObject", "s3:DeleteObject"}
+
+
+def test_aws_control_plane_reaches_batch_files_only_under_the_batches_prefix():
+    statements = {s["sid"]: s for s in _policy_document(AWS / "control-plane", "batch_files")}
+    assert hcl.locals_(AWS / "control-plane")["batch_prefix"] == "batches"
+    objects = statements["ReadWriteBatchFiles"]
+    assert set(objects["actions"]) == BATCH_FILE_ACTIONS
+    assert objects["resources"] == ["${var.batch_bucket.arn}/${local.batch_prefix}/*"]
+    # ListBucket only so a missing key reads as 404, not 403; on the bucket, never on objects.
+    assert statements["TellMissingBatchFilesApart"]["actions"] == ["s3:ListBucket"]
+    assert statements["TellMissingBatchFilesApart"]["resources"] == ["${var.batch_bucket.arn}"]
+    kms = statements["EncryptBatchFiles"]
+    assert set(kms["actions"]) == {"kms:GenerateDataKey", "kms:Decrypt"}
+    assert kms["resources"] == ["${var.batch_bucket.kms_key_arn}"]
+    conditions = _conditions(kms)
+    assert conditions[("StringEquals", "kms:ViaService")] == ["s3.${data.aws_region.current.name}.amazonaws.com"]
+    assert conditions[("ArnLike", "kms:EncryptionContext:aws:s3:arn")] == [
+        "${var.batch_bucket.arn}",
+        "${var.batch_bucket.arn}/${local.batch_prefix}/*",
+    ]
+    assert set(statements) == {"ReadWriteBatchFiles", "TellMissingBatchFilesApart", "EncryptBatchFiles"}
+
+
+def test_aws_batch_file_grant_is_on_the_task_role_the_api_and_workers_run_as():
+    policies = {
+        name: body for rtype, name, body in hcl.resources(AWS / "control-plane") if rtype == "aws_iam_role_policy"
+    }
+    assert policies["batch_files"]["role"] == "${aws_iam_role.task.id}"
+    assert policies["batch_files"]["policy"] == "${data.aws_iam_policy_document.batch_files.json}"
+    # The task role holds the provisioning policy and this one, nothing more.
+    assert {n for n, b in policies.items() if b["role"] == "${aws_iam_role.task.id}"} == {"provision", "batch_files"}
+    service = hcl.blocks(AWS / "control-plane", "module")["service"]
+    assert service["task_role_arn"] == "${aws_iam_role.task.arn}"
+    roles = hcl.locals_(AWS / "control-plane")["roles"]
+    assert {"api", "worker"} <= set(roles)
+
+
+def test_aws_control_plane_is_told_where_batch_files_live():
+    environment = hcl.locals_(AWS / "control-plane")["environment"]
+    # environment is merge(var.environment, {...}); python-hcl2 keeps it as one expression.
+    assert 'NIMBUS_BATCH_STORE_URL = "s3://${var.batch_bucket.id}/${local.batch_prefix}"' in environment
+    assert "NIMBUS_BATCH_STORE_KMS_KEY_ID = var.batch_bucket.kms_key_arn" in environment
+    service = hcl.blocks(AWS / "control-plane", "module")["service"]
+    assert service["environment"] == "${local.environment}"
+    platform = hcl.blocks(AWS / "platform", "module")["control_plane"]
+    assert platform["batch_bucket"] == (
+        "${merge(module.primary.artifact_bucket, {kms_key_arn = module.kms_primary.key_arn})}"
+    )
+    region_output = hcl.blocks(AWS / "region", "output")["artifact_bucket"]["value"]
+    assert region_output == {"id": "${module.artifacts.bucket_id}", "arn": "${module.artifacts.bucket_arn}"}
+
+
+def test_gcp_control_plane_reaches_batch_files_only_under_the_batches_prefix():
+    member = _resource(GCP / "control-plane", "google_storage_bucket_iam_member", "batch_files")
+    assert member["bucket"] == "${var.artifact_bucket}"
+    assert member["role"] == "roles/storage.objectUser"
+    assert member["member"] == "${local.member}"
+    assert hcl.locals_(GCP / "control-plane")["member"] == "serviceAccount:${var.service_account_email}"
+    (condition,) = member["condition"]
+    expression = condition["expression"].replace('\\"', '"')
+    assert expression == (
+        'resource.name.startsWith("projects/_/buckets/${var.artifact_bucket}/objects/${local.batch_prefix}/")'
+    )
+    assert hcl.locals_(GCP / "control-plane")["batch_prefix"] == "batches"
+    # No other storage grant for the control plane.
+    storage = [n for t, n, _ in hcl.resources(GCP / "control-plane") if t.startswith("google_storage_")]
+    assert storage == ["batch_files"]
+
+
+def test_gcp_control_plane_is_told_where_batch_files_live():
+    environment = hcl.locals_(GCP / "control-plane")["environment"]
+    assert environment["NIMBUS_BATCH_STORE_URL"] == "gs://${var.artifact_bucket}/${local.batch_prefix}"
+    api = hcl.blocks(GCP / "control-plane", "module")["api"]
+    assert api["environment"] == "${local.environment}"
+    workers = _resource(GCP / "control-plane", "google_cloud_run_v2_worker_pool", "background")
+    env_blocks = workers["template"][0]["containers"][0]["dynamic"]
+    assert {"for_each": "${local.environment}"}.items() <= env_blocks[0]["env"].items()
+    platform = hcl.blocks(GCP / "platform", "module")["control_plane"]
+    assert platform["artifact_bucket"] == "${module.artifacts[var.control_plane.region].name}"
