@@ -88,9 +88,10 @@ def sglang_router(worker_urls: list[str], policy: str, extra: list[str] | None =
 
 @contextlib.contextmanager
 def nimbus_edge(replicas: list[dict[str, Any]], tenants: list[dict[str, Any]], settings: dict[str, Any],
-                redis_url: str = "none") -> Iterator[ProcessUrl]:
+                redis_url: str = "none", priority_scheduling: str | None = None) -> Iterator[ProcessUrl]:
     cfg = {"settings": settings, "models": [{"name": "demo", "tiers": [
-        {"tier": "bf16", "served_model_name": "demo", "context_length": 131072, "replicas": replicas}]}],
+        {"tier": "bf16", "served_model_name": "demo", "context_length": 131072, "replicas": replicas,
+         "priority_scheduling": priority_scheduling}]}],
         "tenants": tenants}
     edge = EdgeProcess(cfg, redis_url=redis_url, log_path=os.environ.get("NIMBUS_BENCH_EDGE_LOG"))
     edge.start(timeout=30)

@@ -21,6 +21,7 @@ class ReplicaLoad:
     """What this edge has in flight on one replica."""
 
     inflight: int = 0
+    batch_inflight: int = 0  # of ``inflight``, batch-class requests
     inflight_tokens: int = 0
     pending_prefill_tokens: int = 0  # uncached prompt tokens of requests that have not started streaming
     # monotonic time this edge last saw the replica produce output (a first byte, a streamed chunk,

@@ -28,6 +28,7 @@ class Ticket:
     tenant_id: str = ""
     prompt_tokens: int = 0
     bias_at_dispatch: float = 0.0
+    batch: bool = False  # batch-class: an engine with priority preemption gives its slot up
 
 
 @dataclass(slots=True)
@@ -163,12 +164,16 @@ class Router:
         return []
 
     def choose(self, req: RouteRequest, candidates: list[Candidate], now: float,
-               keep_free: float = 0.0) -> Decision | None:
+               keep_free: float = 0.0, preempts_batch: bool = False) -> Decision | None:
         """The capacity guard: only replicas with room are offered to the policy. None means every
         candidate is full and the request must wait in the admission queue. ``keep_free``: the share
-        of each replica's slots this request may not take (batch work leaves it to interactive)."""
+        of each replica's slots this request may not take (batch work leaves it to interactive).
+        ``preempts_batch``: the engines preempt batch-class requests for this one (SGLang's priority
+        preemption), so the slots this edge's batch requests hold count as free for it."""
         if keep_free > 0:
             roomy = [c for c in candidates if c.running < c.capacity * (1.0 - keep_free)]
+        elif preempts_batch:
+            roomy = [c for c in candidates if c.running - c.load.batch_inflight < c.capacity]
         else:
             roomy = [c for c in candidates if c.has_room]
         if not roomy:
@@ -178,7 +183,7 @@ class Router:
     # ---- bookkeeping ----
 
     def dispatch(self, catalog: Catalog, decision: Decision, req: RouteRequest, reserved_tokens: int,
-                 now: float) -> Ticket:
+                 now: float, batch: bool = False) -> Ticket:
         replica = decision.replica
         load = self.load(replica.id)
         if decision.policy != "predicted_ttft":
@@ -187,10 +192,12 @@ class Router:
         uncached = max(0, req.prompt_tokens - decision.predicted_cached_tokens)
         ticket = Ticket(replica, decision, reserved_tokens, uncached, load.pending_prefill_tokens + uncached,
                         self.rtt_ms(catalog, replica), prompt_tokens=req.prompt_tokens,
-                        bias_at_dispatch=self.bias_ms(replica.id, now) + self.health_of(replica.id).slow_penalty_ms)
+                        bias_at_dispatch=self.bias_ms(replica.id, now) + self.health_of(replica.id).slow_penalty_ms,
+                        batch=batch)
         if load.inflight == 0:
             load.busy_since = now
         load.inflight += 1
+        load.batch_inflight += batch
         load.inflight_tokens += reserved_tokens
         load.pending_prefill_tokens += uncached
         self.breaker(replica.id).on_dispatch()
@@ -224,6 +231,7 @@ class Router:
         if not ticket.started:
             load.pending_prefill_tokens -= ticket.uncached_tokens
         load.inflight -= 1
+        load.batch_inflight -= ticket.batch
         load.inflight_tokens -= ticket.reserved_tokens
         breaker = self.breaker(ticket.replica.id)
         if ok is None:

@@ -544,6 +544,8 @@ class EdgeService:
         guard.seen(tenant.id, time.monotonic())
         # Batch work leaves a share of every replica's slots to interactive traffic.
         keep_free = self.settings.interactive_reserved_share if st.priority == BATCH else 0.0
+        # ...and where the engines preempt by priority, interactive work may take the slots batch work holds.
+        preempts = st.priority == INTERACTIVE and variant.priority_scheduling is not None
 
         def try_dispatch(now: float) -> Ticket | None:
             catalog = self.catalog
@@ -551,13 +553,14 @@ class EdgeService:
                 return None
             replicas = catalog.candidates(tenant.id, variant.id)
             candidates = self.router.eligible(catalog, replicas, now, excluded)
-            free = sum(max(0, c.capacity - c.running) for c in candidates)
+            free = sum(max(0, c.capacity - c.running + (c.load.batch_inflight if preempts else 0)) for c in candidates)
             if not guard.allows(tenant.id, free, sum(c.capacity for c in candidates), now):
                 return None
-            decision = self.router.choose(route_req, candidates, now, keep_free=keep_free)
+            decision = self.router.choose(route_req, candidates, now, keep_free=keep_free, preempts_batch=preempts)
             if decision is None:
                 return None
-            ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now)
+            ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now,
+                                          batch=st.priority == BATCH)
             ticket.tenant_id = tenant.id
             if candidates[0].degraded:  # every candidate of one answer shares its tier
                 self.metrics.child(self.metrics.degraded_dispatches, req.model, candidates[0].degraded).inc()

@@ -418,8 +418,10 @@ def check_context(req: InferenceRequest, context_length: int) -> None:
             code="context_length_exceeded")
 
 
-# SGLang's integer priority per class, by the engine's ordering: interactive work runs first.
-ENGINE_PRIORITY = {"high_first": {INTERACTIVE: 1, BATCH: 0}, "low_first": {INTERACTIVE: 0, BATCH: 1}}
+# SGLang's integer priority per class, by the engine's ordering: interactive work runs first. The gap
+# is above SGLang's --priority-scheduling-preemption-threshold (10 by default), so an interactive
+# request also preempts a running batch one when the engine's batch is full.
+ENGINE_PRIORITY = {"high_first": {INTERACTIVE: 100, BATCH: 0}, "low_first": {INTERACTIVE: 0, BATCH: 100}}
 
 
 def upstream_body(req: InferenceRequest, served_model_name: str, priority: str = INTERACTIVE,

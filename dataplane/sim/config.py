@@ -39,6 +39,10 @@ class SimConfig:
     enable_priority_scheduling: bool = False  # SGLang: the ``priority`` field is ignored without it
     is_embedding: bool = False  # SGLang's --is-embedding: /v1/embeddings only, no generation
     schedule_low_priority_values_first: bool = False
+    # SGLang: with priority scheduling a waiting request whose priority beats a running one's by
+    # more than this preempts it when the batch is full (the victim is re-queued, its output kept).
+    priority_scheduling_preemption_threshold: int = 10
+    disable_priority_preemption: bool = False
     schedule_policy: str = "fcfs"
     chunked_prefill_size: int = 8192
     max_prefill_tokens: int = 16384
@@ -90,6 +94,8 @@ class SimConfig:
             "schedule_policy": self.schedule_policy,
             "enable_priority_scheduling": self.enable_priority_scheduling,
             "schedule_low_priority_values_first": self.schedule_low_priority_values_first,
+            "priority_scheduling_preemption_threshold": self.priority_scheduling_preemption_threshold,
+            "disable_priority_preemption": self.disable_priority_preemption,
             "chunked_prefill_size": self.chunked_prefill_size,
             "max_prefill_tokens": self.max_prefill_tokens,
             "disable_radix_cache": self.disable_radix_cache,
@@ -133,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--enable-priority-scheduling", action="store_true")
     s.add_argument("--is-embedding", action="store_true", help="serve /v1/embeddings instead of generating")
     s.add_argument("--schedule-low-priority-values-first", action="store_true")
+    s.add_argument("--priority-scheduling-preemption-threshold", type=int, default=10)
+    s.add_argument("--disable-priority-preemption", action="store_true")
     s.add_argument("--chunked-prefill-size", type=int)
     s.add_argument("--max-prefill-tokens", type=int, default=16384)
     s.add_argument("--disable-radix-cache", action="store_true")
@@ -262,6 +270,8 @@ def parse_config(argv: list[str] | None = None, warn=None,
         enable_priority_scheduling=args.enable_priority_scheduling,
         is_embedding=args.is_embedding,
         schedule_low_priority_values_first=args.schedule_low_priority_values_first,
+        priority_scheduling_preemption_threshold=args.priority_scheduling_preemption_threshold,
+        disable_priority_preemption=args.disable_priority_preemption,
         max_running_requests_arg=args.max_running_requests,
         max_total_tokens_arg=args.max_total_tokens,
         schedule_policy=policy,

@@ -178,6 +178,7 @@ class SimEngine:
         self.crash_requested = False
         self.tokens_out = 0
         self.retractions = 0
+        self.preemptions = 0  # running requests put back for a more important one (priority preemption)
         self.retracted_last_step = 0  # SGLang's num_retracted_reqs gauge: retracted by the last decode step
         self.lag = LagStats()
         # Progress: bumped by every step that produced output. /health_generate waits on it, the way
@@ -375,6 +376,8 @@ class SimEngine:
         reserve = self._reserved_for_running()
         slots = self.config.max_running_requests - len(self.running) - (1 if self.chunked else 0)
         for req in self._ordered_waiting():
+            if slots <= 0 and self._preempt_for(req):
+                slots += 1
             if slots <= 0 or budget <= 0:
                 break
             tokens = req.tokens()
@@ -408,6 +411,24 @@ class SimEngine:
                 self.chunked = req
                 break
         return self._prefill_step(chunks) if chunks else None
+
+    def _preempt_for(self, req: SimRequest) -> bool:
+        """SGLang's priority preemption (``PrefillAdder.preempt_to_schedule``): the batch is full and
+        ``req`` outranks the least important running request by more than the threshold, so that one
+        goes back to the queue (its KV beyond the cached prompt freed, its output kept and recomputed
+        on re-admission) and ``req`` takes its place. Among equals the newest running request goes."""
+        cfg = self.config
+        if not cfg.enable_priority_scheduling or cfg.disable_priority_preemption or not self.running:
+            return False
+        sign = 1 if cfg.schedule_low_priority_values_first else -1  # sign x priority: higher is less important
+        victim = max(self.running, key=lambda r: (sign * r.priority, r.arrival))
+        if (req.priority - victim.priority) * -sign <= cfg.priority_scheduling_preemption_threshold:
+            return False
+        self.running.remove(victim)
+        self._release(victim, cache=False)
+        self.waiting.append(victim)
+        self.preemptions += 1
+        return True
 
     def _prefill_step(self, chunks: list[tuple[SimRequest, int]]) -> Step:
         duration = timing.prefill_batch_seconds(

@@ -493,6 +493,7 @@ class SimServer:
             "radix_tokens": e.radix.total_size,
             "radix_evictable": e.radix.evictable_size,
             "retractions": e.retractions,
+            "preemptions": e.preemptions,
             "sim_time_s": e.now(),
             "lag": e.lag.as_dict(),
             "generation_tokens": e.metrics.generation_tokens,

@@ -17,8 +17,14 @@ case "$role" in
     exec nimbus api --host 0.0.0.0 --port "${PORT:-${NIMBUS_API_PORT:-8000}}" "$@" ;;
   migrate)
     exec nimbus db upgrade "$@" ;;
+  # Two queues, two workers that never overlap: `celery` carries the short periodic ticks,
+  # `batches` the Batch API runs (controlplane/tasks/app.py TASK_ROUTES), each of which can
+  # hold a prefork child for hours. Every batch-worker child runs one batch at a time.
   worker)
-    exec celery --app "${NIMBUS_CELERY_APP:-controlplane.tasks.app:app}" worker --loglevel INFO "$@" ;;
+    exec celery --app "${NIMBUS_CELERY_APP:-controlplane.tasks.app:app}" worker -Q celery --loglevel INFO "$@" ;;
+  batch-worker)
+    exec celery --app "${NIMBUS_CELERY_APP:-controlplane.tasks.app:app}" worker -Q batches --loglevel INFO \
+      --concurrency "${NIMBUS_BATCH_WORKER_CONCURRENCY:-2}" "$@" ;;
   beat)
     # Exactly one beat runs per deployment; its schedule file is scratch state.
     exec celery --app "${NIMBUS_CELERY_APP:-controlplane.tasks.app:app}" beat --loglevel INFO \
@@ -31,6 +37,6 @@ case "$role" in
   agent)
     exec nimbus-agent "$@" ;;
   *)
-    echo "nimbus-entrypoint: unknown role '$role' (api, migrate, worker, beat, edge, agent)" >&2
+    echo "nimbus-entrypoint: unknown role '$role' (api, migrate, worker, batch-worker, beat, edge, agent)" >&2
     exit 64 ;;
 esac

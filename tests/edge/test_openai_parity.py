@@ -306,8 +306,8 @@ def test_the_engine_hears_the_request_class_only_where_it_schedules_by_priority(
     req = validate(CHAT, {"model": "m", "messages": MSGS, "priority": "batch"}, TokenEstimator())
     assert "priority" not in msgspec.json.decode(upstream_body(req, "s", "batch", None))
     assert msgspec.json.decode(upstream_body(req, "s", "batch", "high_first"))["priority"] == 0
-    assert msgspec.json.decode(upstream_body(req, "s", "interactive", "high_first"))["priority"] == 1
-    assert msgspec.json.decode(upstream_body(req, "s", "batch", "low_first"))["priority"] == 1
+    assert msgspec.json.decode(upstream_body(req, "s", "interactive", "high_first"))["priority"] == 100
+    assert msgspec.json.decode(upstream_body(req, "s", "batch", "low_first"))["priority"] == 100
     assert msgspec.json.decode(upstream_body(req, "s", "interactive", "low_first"))["priority"] == 0
 
 
@@ -331,6 +331,32 @@ def test_batch_work_leaves_a_share_of_the_slots_to_interactive_traffic():
     route(router, cat, "i0")
     route(router, cat, "i1")
     assert not offered(0.0)  # full
+
+
+def test_interactive_work_may_take_the_slots_batch_work_holds_where_the_engine_preempts_it():
+    """SGLang preempts a running batch request for an interactive one when its batch is full, so the
+    edge counts the slots its own batch requests hold as free for interactive work (and only there)."""
+    from dataplane.edge.policies import RouteRequest
+    from tests.edge.test_routing import catalog, make_router
+
+    cat = catalog(n=1, max_running=4)
+    router = make_router("round_robin")
+    probe = RouteRequest([], 1, 1)
+
+    def candidates():
+        return router.eligible(cat, list(cat.replicas.values()), 0.0)
+
+    tickets = []
+    for _ in range(3):
+        tickets.append(router.dispatch(cat, router.choose(probe, candidates(), 0.0), probe, 10, 0.0, batch=True))
+    tickets.append(router.dispatch(cat, router.choose(probe, candidates(), 0.0), probe, 10, 0.0))
+    assert router.choose(probe, candidates(), 0.0) is None  # full: 3 batch + 1 interactive
+    assert router.choose(probe, candidates(), 0.0, preempts_batch=True) is not None
+    assert router.choose(probe, candidates(), 0.0, keep_free=0.2) is None  # batch work never does
+    for t in tickets[:3]:
+        router.release(t, True, 0.0)
+    load = router.load(next(iter(cat.replicas)))
+    assert (load.inflight, load.batch_inflight) == (1, 0)
 
 
 def test_batch_requests_yield_inside_an_engine_that_schedules_by_priority(edge_factory):

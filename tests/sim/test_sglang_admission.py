@@ -76,3 +76,51 @@ def test_retraction_moves_the_retraction_metrics():
     text = engine.metrics.render(gauges)
     assert f'sglang:num_retracted_requests_total{{model_name="{engine.config.served_model_name}"}} ' \
            f'{float(engine.retractions)}' in text
+
+
+def run_until(engine, clock, done) -> None:
+    for _ in range(10_000):
+        if done():
+            return
+        step = engine.plan()
+        clock.t += step.duration
+        engine.complete(step, clock.t)
+    raise AssertionError("the engine never got there")
+
+
+@pytest.mark.parametrize("flags, high, low", [
+    (["--enable-priority-scheduling"], 100, 0),
+    (["--enable-priority-scheduling", "--schedule-low-priority-values-first"], 0, 100),
+])
+def test_a_full_batch_is_preempted_for_a_request_that_outranks_it_by_more_than_the_threshold(flags, high, low):
+    """SGLang's priority preemption: the newest of the least important running requests goes back to
+    the queue (its output kept), the important one takes its slot at the next prefill."""
+    engine, clock = offline_engine(["--max-running-requests", "2", "--jitter", "0", *flags])
+    batch = []
+    for i in range(2):
+        batch.append(engine.new_request(prompt(i, 50), 200, ignore_eos=True, priority=low))
+        clock.t += 0.001  # the second arrives later: it is the one to go
+    run_until(engine, clock, lambda: all(len(r.output_ids) >= 5 for r in batch))
+    urgent = engine.new_request(prompt(7, 50), 4, ignore_eos=True, priority=high)
+    step = engine.plan()
+    assert [req for req, _ in step.chunks] == [urgent]
+    assert engine.preemptions == 1 and batch[1] in engine.waiting and batch[0] in engine.running
+    kept = len(batch[1].output_ids)
+    assert kept >= 5  # its output survives the preemption
+    clock.t += step.duration
+    engine.complete(step, clock.t)
+    run_until(engine, clock, lambda: all(r.done for r in [*batch, urgent]))
+    assert len(batch[1].output_ids) == 200 and urgent.done
+
+
+@pytest.mark.parametrize("flags, high, low", [
+    (["--enable-priority-scheduling"], 5, 0),  # a gap of 5 is not above SGLang's threshold of 10
+    (["--enable-priority-scheduling", "--disable-priority-preemption"], 100, 0),
+    ([], 100, 0),  # without priority scheduling the field is ignored
+])
+def test_no_preemption_below_the_threshold_when_disabled_or_without_priority_scheduling(flags, high, low):
+    engine, clock = offline_engine(["--max-running-requests", "2", "--jitter", "0", *flags])
+    batch = [engine.new_request(prompt(i, 50), 200, ignore_eos=True, priority=low) for i in range(2)]
+    run_until(engine, clock, lambda: all(len(r.output_ids) >= 5 for r in batch))
+    engine.new_request(prompt(7, 50), 4, ignore_eos=True, priority=high)
+    assert engine.plan().kind == "decode" and engine.preemptions == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import stat
@@ -16,7 +17,8 @@ from tests.terraform import hcl
 DOCKER_DIR = hcl.TERRAFORM_ROOT / "docker"
 DOCKERFILE = (DOCKER_DIR / "Dockerfile").read_text()
 ENTRYPOINT = DOCKER_DIR / "entrypoint.sh"
-ROLES = ("api", "migrate", "worker", "beat", "edge", "agent")
+ROLES = ("api", "migrate", "worker", "batch-worker", "beat", "edge", "agent")
+CELERY_APP = hcl.REPO_ROOT / "controlplane" / "tasks" / "app.py"
 
 
 def _instructions():
@@ -81,7 +83,17 @@ def _run(stub_path, *args, **env):
         (
             ("worker", "--concurrency", "4"),
             {},
-            "celery --app controlplane.tasks.app:app worker --loglevel INFO --concurrency 4",
+            "celery --app controlplane.tasks.app:app worker -Q celery --loglevel INFO --concurrency 4",
+        ),
+        (
+            ("batch-worker",),
+            {},
+            "celery --app controlplane.tasks.app:app worker -Q batches --loglevel INFO --concurrency 2",
+        ),
+        (
+            ("batch-worker", "--hostname", "b@%h"),
+            {"NIMBUS_BATCH_WORKER_CONCURRENCY": "6"},
+            "celery --app controlplane.tasks.app:app worker -Q batches --loglevel INFO --concurrency 6 --hostname b@%h",
         ),
         (
             ("beat",),
@@ -103,6 +115,44 @@ def test_entrypoint_refuses_an_unknown_role(stub_path):
     result = _run(stub_path, "bash")
     assert result.returncode == 64
     assert "unknown role" in result.stderr
+    listed = re.search(r"\((.*)\)", result.stderr).group(1)
+    assert tuple(listed.split(", ")) == ROLES
+
+
+def test_the_entrypoint_knows_exactly_the_roles_listed():
+    branches = re.findall(r"^  ([a-z][\w-]*)\)$", ENTRYPOINT.read_text(), re.MULTILINE)
+    assert tuple(branches) == ROLES
+
+
+def _celery_routes():
+    """TASK_ROUTES of the Celery app, read without importing it (the import builds the app)."""
+    tree = ast.parse(CELERY_APP.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["TASK_ROUTES"]:
+            return ast.literal_eval(node.value)
+    raise AssertionError("controlplane/tasks/app.py defines no TASK_ROUTES")
+
+
+def _queues(stub_path, role):
+    result = _run(stub_path, role)
+    assert result.returncode == 0, result.stderr
+    words = result.stdout.split()
+    assert words.count("-Q") == 1, result.stdout
+    return set(words[words.index("-Q") + 1].split(","))
+
+
+def test_worker_and_batch_worker_consume_disjoint_queues_that_cover_every_route(stub_path):
+    """The worker takes the default queue only, the batch worker the batches queue only:
+    a batch run (hours) never holds a worker slot the fleet's ticks need, and no routed task
+    lands on a queue nobody consumes."""
+    worker, batch_worker = _queues(stub_path, "worker"), _queues(stub_path, "batch-worker")
+    assert worker == {"celery"}
+    assert batch_worker == {"batches"}
+    assert not worker & batch_worker
+    routed = {route["queue"] for route in _celery_routes().values()}
+    assert routed == {"batches"}
+    assert routed <= worker | batch_worker
+    assert _celery_routes()["nimbus.run_batches"] == {"queue": "batches"}
 
 
 def test_entrypoint_writes_the_redis_ca_for_clients(stub_path, tmp_path):
@@ -118,8 +168,8 @@ def test_services_start_each_role_the_entrypoint_knows():
     started = set()
     for directory in hcl.module_dirs():
         text = "\n".join(p.read_text() for p in hcl.tf_files(directory))
-        started |= set(re.findall(r'(?:command|args)\s*=\s*\["(\w+)"\]', text))
-    assert started == {"api", "worker", "beat", "edge"}
+        started |= set(re.findall(r'(?:command|args)\s*=\s*\["([\w-]+)"\]', text))
+    assert started == {"api", "worker", "batch-worker", "beat", "edge"}
     assert started <= set(ROLES)
     assert os.access(ENTRYPOINT, os.R_OK)
 

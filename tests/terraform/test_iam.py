@@ -225,7 +225,7 @@ def test_aws_batch_file_grant_is_on_the_task_role_the_api_and_workers_run_as():
     service = hcl.blocks(AWS / "control-plane", "module")["service"]
     assert service["task_role_arn"] == "${aws_iam_role.task.arn}"
     roles = hcl.locals_(AWS / "control-plane")["roles"]
-    assert {"api", "worker"} <= set(roles)
+    assert {"api", "worker", "batch-worker"} <= set(roles)
 
 
 def test_aws_control_plane_is_told_where_batch_files_live():
@@ -234,7 +234,8 @@ def test_aws_control_plane_is_told_where_batch_files_live():
     assert 'NIMBUS_BATCH_STORE_URL = "s3://${var.batch_bucket.id}/${local.batch_prefix}"' in environment
     assert "NIMBUS_BATCH_STORE_KMS_KEY_ID = var.batch_bucket.kms_key_arn" in environment
     service = hcl.blocks(AWS / "control-plane", "module")["service"]
-    assert service["environment"] == "${local.environment}"
+    # Every role gets the shared environment; a role's own variables only add to it.
+    assert service["environment"] == "${merge(local.environment, each.value.environment)}"
     platform = hcl.blocks(AWS / "platform", "module")["control_plane"]
     assert platform["batch_bucket"] == (
         "${merge(module.primary.artifact_bucket, {kms_key_arn = module.kms_primary.key_arn})}"
@@ -267,6 +268,6 @@ def test_gcp_control_plane_is_told_where_batch_files_live():
     assert api["environment"] == "${local.environment}"
     workers = _resource(GCP / "control-plane", "google_cloud_run_v2_worker_pool", "background")
     env_blocks = workers["template"][0]["containers"][0]["dynamic"]
-    assert {"for_each": "${local.environment}"}.items() <= env_blocks[0]["env"].items()
+    assert env_blocks[0]["env"]["for_each"] == "${merge(local.environment, each.value.environment)}"
     platform = hcl.blocks(GCP / "platform", "module")["control_plane"]
     assert platform["artifact_bucket"] == "${module.artifacts[var.control_plane.region].name}"

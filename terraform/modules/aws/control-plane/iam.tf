@@ -213,3 +213,50 @@ resource "aws_iam_role_policy" "provision" {
   role   = aws_iam_role.task.id
   policy = data.aws_iam_policy_document.provision.json
 }
+
+# The Batch API's files (tenant JSONL input, output and error files) live under the
+# batches/ prefix of the region's artifact bucket; the API and the workers read, write
+# and delete there and nowhere else in the bucket (model weights stay read-only to
+# nodes and untouched by the control plane).
+data "aws_iam_policy_document" "batch_files" {
+  statement {
+    sid       = "ReadWriteBatchFiles"
+    actions   = ["s3:PutObject", "s3:GetObject", "s3:DeleteObject"]
+    resources = ["${var.batch_bucket.arn}/${local.batch_prefix}/*"]
+  }
+
+  # Without s3:ListBucket, S3 answers 403 instead of 404 for a key that does not
+  # exist, and a missing file would look like a permission error. A GetObject or
+  # HeadObject request carries no s3:prefix, so a prefix condition here would not
+  # give those honest 404s; listing reveals key names only, never contents.
+  statement {
+    sid       = "TellMissingBatchFilesApart"
+    actions   = ["s3:ListBucket"]
+    resources = [var.batch_bucket.arn]
+  }
+
+  # The bucket is encrypted with a customer key: writing needs a data key, reading
+  # needs to decrypt it; only through S3, only for this bucket's objects.
+  statement {
+    sid       = "EncryptBatchFiles"
+    actions   = ["kms:GenerateDataKey", "kms:Decrypt"]
+    resources = [var.batch_bucket.kms_key_arn]
+    condition {
+      test     = "StringEquals"
+      variable = "kms:ViaService"
+      values   = ["s3.${data.aws_region.current.name}.amazonaws.com"]
+    }
+    # With bucket keys the context names the bucket; without them, the object.
+    condition {
+      test     = "ArnLike"
+      variable = "kms:EncryptionContext:aws:s3:arn"
+      values   = [var.batch_bucket.arn, "${var.batch_bucket.arn}/${local.batch_prefix}/*"]
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "batch_files" {
+  name   = "batch-files"
+  role   = aws_iam_role.task.id
+  policy = data.aws_iam_policy_document.batch_files.json
+}

@@ -11,7 +11,9 @@ locals {
   account_id = data.aws_caller_identity.current.account_id
   partition  = data.aws_partition.current.partition
 
-  # What every role (api, worker, beat) is told about its surroundings, in the
+  batch_prefix = "batches"
+
+  # What every role (api, worker, batch-worker, beat) is told about its surroundings, in the
   # NIMBUS_* variables of controlplane/config.py. Credentials come as secrets.
   environment = merge(var.environment, {
     NIMBUS_PUBLIC_URL   = "https://${var.domain_name}"
@@ -24,6 +26,9 @@ locals {
     # the public subnets; trusting "*" instead would let a client pick its own address
     # (the ALB appends to a client-sent header) and so dodge the per-address sign-in throttle.
     FORWARDED_ALLOW_IPS = join(",", sort([for s in data.aws_subnet.alb : s.cidr_block]))
+    # Batch API files (infra/objectstore.py), under the KMS key the rest of the bucket uses.
+    NIMBUS_BATCH_STORE_URL        = "s3://${var.batch_bucket.id}/${local.batch_prefix}"
+    NIMBUS_BATCH_STORE_KMS_KEY_ID = var.batch_bucket.kms_key_arn
   })
 
   secrets = {
@@ -35,6 +40,8 @@ locals {
     NIMBUS_SESSION_SECRET = aws_secretsmanager_secret.this["session-secret"].arn
   }
 
+  # One service per role, all from the same image, task role and security group;
+  # environment adds a role's own variables to the shared ones above.
   roles = {
     api = {
       command       = ["api"]
@@ -42,13 +49,26 @@ locals {
       cpu           = var.task_size.cpu
       memory        = var.task_size.memory
       load_balancer = { target_group_arn = module.alb.target_group_arn, container_port = var.api_port }
+      environment   = {}
     }
+    # Consumes the default `celery` queue only: the fleet's short periodic ticks.
     worker = {
       command       = ["worker"]
       desired_count = var.worker_count
       cpu           = var.task_size.cpu
       memory        = var.task_size.memory
       load_balancer = null
+      environment   = {}
+    }
+    # Consumes the `batches` queue only: Batch API runs that can take hours, each line
+    # sent through the primary region's edge with the edge token.
+    batch-worker = {
+      command       = ["batch-worker"]
+      desired_count = var.batch_worker_count
+      cpu           = var.task_size.cpu
+      memory        = var.task_size.memory
+      load_balancer = null
+      environment   = { NIMBUS_BATCH_EDGE_URL = var.batch_edge_url }
     }
     # Exactly one beat: two schedulers would fire every periodic task twice.
     beat = {
@@ -57,6 +77,7 @@ locals {
       cpu           = 256
       memory        = 512
       load_balancer = null
+      environment   = {}
     }
   }
 }
@@ -176,7 +197,7 @@ module "service" {
   cluster_arn        = aws_ecs_cluster.this.arn
   image              = var.image
   command            = each.value.command
-  environment        = local.environment
+  environment        = merge(local.environment, each.value.environment)
   secrets            = local.secrets
   cpu                = each.value.cpu
   memory             = each.value.memory

@@ -39,6 +39,15 @@ variable "node_cidrs" {
   description = "CIDRs where GPU nodes live (this VPC and peered ones); the control plane calls their agents."
 }
 
+variable "batch_bucket" {
+  type = object({
+    id          = string
+    arn         = string
+    kms_key_arn = string
+  })
+  description = "Artifact bucket of the control plane's region (name, ARN, the KMS key it is encrypted with); the Batch API keeps its files under its batches/ prefix."
+}
+
 variable "agent_port" {
   type        = number
   description = "Port of the node agent on GPU nodes."
@@ -93,12 +102,23 @@ variable "worker_count" {
   default     = 2
 }
 
+variable "batch_worker_count" {
+  type        = number
+  description = "Number of Celery batch worker tasks (the batches queue; each runs NIMBUS_BATCH_WORKER_CONCURRENCY batches at once, 2 unless set)."
+  default     = 1
+}
+
+variable "batch_edge_url" {
+  type        = string
+  description = "Edge the batch workers send Batch API lines through (NIMBUS_BATCH_EDGE_URL), e.g. the primary region's edge https://us-east-1.api.nimbus.example.com."
+}
+
 variable "task_size" {
   type = object({
     cpu    = number
     memory = number
   })
-  description = "CPU units and memory (MiB) of each API and worker task."
+  description = "CPU units and memory (MiB) of each API, worker and batch worker task."
   default     = { cpu = 1024, memory = 2048 }
 }
 

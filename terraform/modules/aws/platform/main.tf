@@ -123,6 +123,7 @@ module "control_plane" {
   domain_name              = local.cp_domain_name
   api_count                = var.control_plane.api_count
   worker_count             = var.control_plane.worker_count
+  batch_worker_count       = var.control_plane.batch_worker_count
   db_instance_class        = var.control_plane.db_instance_class
   redis_node_type          = var.control_plane.redis_node_type
   environment              = var.control_plane_environment
@@ -130,6 +131,8 @@ module "control_plane" {
   gpu_instance_role_arns   = [for r in local.regions : r.gpu.node_role_arn]
   gpu_vpc_arns             = [for r in local.regions : r.network.vpc_arn]
   gpu_kms_key_arns         = [module.kms_primary.key_arn, module.kms_secondary.key_arn]
+  batch_bucket             = merge(module.primary.artifact_bucket, { kms_key_arn = module.kms_primary.key_arn })
+  batch_edge_url           = module.primary.edge.url
   deletion_protection      = var.deletion_protection
   tags                     = var.tags
 }

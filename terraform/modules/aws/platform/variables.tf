@@ -44,10 +44,11 @@ variable "secondary" {
 
 variable "control_plane" {
   type = object({
-    api_count         = optional(number, 2)
-    worker_count      = optional(number, 2)
-    db_instance_class = optional(string, "db.r6g.large")
-    redis_node_type   = optional(string, "cache.r7g.large")
+    api_count          = optional(number, 2)
+    worker_count       = optional(number, 2)
+    batch_worker_count = optional(number, 1)
+    db_instance_class  = optional(string, "db.r6g.large")
+    redis_node_type    = optional(string, "cache.r7g.large")
   })
   description = "Sizes of the control plane services and data stores."
   default     = {}

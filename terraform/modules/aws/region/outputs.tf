@@ -20,6 +20,14 @@ output "log_bucket_id" {
   value       = module.logs.bucket_id
 }
 
+output "artifact_bucket" {
+  description = "Artifact bucket of this region: name and ARN (the control plane keeps Batch API files under its batches/ prefix)."
+  value = {
+    id  = module.artifacts.bucket_id
+    arn = module.artifacts.bucket_arn
+  }
+}
+
 output "gpu" {
   description = "GPU launch template facts for the control plane's IAM policy: template ARN, node role ARN."
   value = {

@@ -19,3 +19,20 @@ resource "google_secret_manager_secret_iam_member" "control_plane" {
   role      = "roles/secretmanager.secretAccessor"
   member    = local.member
 }
+
+# The Batch API's files (tenant JSONL input, output and error files) live under the
+# batches/ prefix of the region's artifact bucket. objectUser covers create, get and
+# delete (an overwrite is a delete plus a create); the condition confines it to that
+# prefix, so the model weights stay out of reach. Listing is checked against the
+# bucket, not an object, and so is not granted; the store never lists.
+resource "google_storage_bucket_iam_member" "batch_files" {
+  bucket = var.artifact_bucket
+  role   = "roles/storage.objectUser"
+  member = local.member
+
+  condition {
+    title       = "batch-files-only"
+    description = "Objects under batches/ only"
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${var.artifact_bucket}/objects/${local.batch_prefix}/\")"
+  }
+}

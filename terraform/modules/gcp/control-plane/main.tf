@@ -1,5 +1,7 @@
 locals {
-  # What every role (api, worker, beat) is told about its surroundings, in the
+  batch_prefix = "batches"
+
+  # What every role (api, worker, batch-worker, beat) is told about its surroundings, in the
   # NIMBUS_* variables of controlplane/config.py. Credentials come as secrets.
   environment = {
     NIMBUS_PUBLIC_URL   = "https://${var.domain_name}"
@@ -8,6 +10,8 @@ locals {
     NIMBUS_API_PORT     = tostring(var.api_port)
     NIMBUS_GCP_PROJECT  = var.project_id
     NIMBUS_REDIS_CA_PEM = google_redis_instance.this.server_ca_certs[0].cert
+    # Batch API files (infra/objectstore.py); the bucket's default CMEK key encrypts them.
+    NIMBUS_BATCH_STORE_URL = "gs://${var.artifact_bucket}/${local.batch_prefix}"
   }
   secrets = {
     NIMBUS_DATABASE_URL   = local.secret_ids["database-url"]
@@ -18,10 +22,14 @@ locals {
     NIMBUS_SESSION_SECRET = local.secret_ids["session-secret"]
   }
 
-  # Exactly one beat: two schedulers would fire every periodic task twice.
+  # The worker consumes the default `celery` queue (the fleet's short ticks), the batch
+  # worker the `batches` queue only (Batch API runs that can take hours, each line sent
+  # through the control plane region's edge). Exactly one beat: two schedulers would fire
+  # every periodic task twice. environment adds a role's own variables to the shared ones.
   background_roles = {
-    worker = { args = ["worker"], instances = var.worker_count }
-    beat   = { args = ["beat"], instances = 1 }
+    worker       = { args = ["worker"], instances = var.worker_count, environment = {} }
+    batch-worker = { args = ["batch-worker"], instances = var.batch_worker_count, environment = { NIMBUS_BATCH_EDGE_URL = var.batch_edge_url } }
+    beat         = { args = ["beat"], instances = 1, environment = {} }
   }
 }
 
@@ -50,7 +58,7 @@ module "api" {
   depends_on = [google_secret_manager_secret_iam_member.control_plane, google_secret_manager_secret_version.this]
 }
 
-# Celery worker and beat pull work from Redis and serve no HTTP, so they run as Cloud
+# Celery workers and beat pull work from Redis and serve no HTTP, so they run as Cloud
 # Run worker pools (a preview launch stage at the time of writing) with a fixed size.
 resource "google_cloud_run_v2_worker_pool" "background" {
   for_each = local.background_roles
@@ -88,7 +96,7 @@ resource "google_cloud_run_v2_worker_pool" "background" {
       }
 
       dynamic "env" {
-        for_each = local.environment
+        for_each = merge(local.environment, each.value.environment)
         content {
           name  = env.key
           value = env.value

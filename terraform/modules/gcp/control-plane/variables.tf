@@ -47,6 +47,11 @@ variable "network" {
   description = "VPC of the control plane: network id (taken from the private services connection, so Cloud SQL and Memorystore wait for it), the region's services subnetwork and the control plane network tag."
 }
 
+variable "artifact_bucket" {
+  type        = string
+  description = "Name of the artifact bucket in the control plane's region; the Batch API keeps its files under its batches/ prefix."
+}
+
 variable "kms_key_id" {
   type        = string
   description = "Id of the regional KMS key that encrypts Cloud SQL, Memorystore and the secrets."
@@ -71,6 +76,17 @@ variable "worker_count" {
   type        = number
   description = "Number of Celery worker instances."
   default     = 2
+}
+
+variable "batch_worker_count" {
+  type        = number
+  description = "Number of Celery batch worker instances (the batches queue; each runs NIMBUS_BATCH_WORKER_CONCURRENCY batches at once, 2 unless set)."
+  default     = 1
+}
+
+variable "batch_edge_url" {
+  type        = string
+  description = "Edge the batch workers send Batch API lines through (NIMBUS_BATCH_EDGE_URL), e.g. the control plane region's edge https://us-central1.api.nimbus.example.com."
 }
 
 variable "database_tier" {

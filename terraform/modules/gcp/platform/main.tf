@@ -104,8 +104,11 @@ module "control_plane" {
     network_tag = module.network.network_tags.control_plane
   }
   kms_key_id          = module.kms.key_ids[var.control_plane.region]
+  artifact_bucket     = module.artifacts[var.control_plane.region].name
   api_scaling         = var.control_plane.api_scaling
   worker_count        = var.control_plane.worker_count
+  batch_worker_count  = var.control_plane.batch_worker_count
+  batch_edge_url      = module.edge[var.control_plane.region].url
   database_tier       = var.control_plane.database_tier
   deletion_protection = var.deletion_protection
   labels              = var.labels

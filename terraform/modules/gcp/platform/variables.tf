@@ -61,8 +61,9 @@ variable "control_plane" {
       min = number
       max = number
     }), { min = 2, max = 10 })
-    worker_count  = optional(number, 2)
-    database_tier = optional(string, "db-custom-2-7680")
+    worker_count       = optional(number, 2)
+    batch_worker_count = optional(number, 1)
+    database_tier      = optional(string, "db-custom-2-7680")
   })
   description = "Run the control plane in GCP (its region must be one of regions); null when it runs in another cloud."
   default     = null
