@@ -21,7 +21,7 @@ from controlplane.config import Settings
 from controlplane.console import auth, charts, metrics, playground, sessions, views
 from controlplane.console.web import login_page, page, redirect
 from controlplane.db.types import utcnow
-from controlplane.schemas.tenancy import KeyCreate
+from controlplane.schemas.tenancy import KeyCreate, KeyUpdate
 from controlplane.services import catalog_views, keys, tenants, usage
 from controlplane.services.errors import FieldError, Forbidden, Invalid, ServiceError, TooManyAttempts
 from controlplane.services.keys import KeyVerifier
@@ -35,6 +35,17 @@ EXPIRY_CHOICES = {"never": None, "7d": dt.timedelta(days=7), "30d": dt.timedelta
 
 # The create-key form's model checkboxes are fields named MODEL_FIELD + "name" or "name:tier".
 MODEL_FIELD = "model__"
+
+
+def problem_text(exc: ServiceError) -> str:
+    """What a form shows for a refused change: the problem and each field's reason."""
+    details = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
+    return f"{exc.detail} ({details})" if details else exc.detail
+
+
+def checked_models(form) -> list[str]:
+    """The allowlist a keys form asks for: its checked ``model__<name or name:tier>`` boxes."""
+    return sorted(k[len(MODEL_FIELD):] for k in form if k.startswith(MODEL_FIELD))
 
 
 def model_choices(models: list) -> list[tuple[str, str]]:
@@ -184,15 +195,28 @@ class TenantConsoleController(Controller):
         try:
             if not scopes:
                 raise Invalid("choose at least one scope", [FieldError("scopes", "choose at least one")])
-            allowed = sorted(k[len(MODEL_FIELD):] for k in form if k.startswith(MODEL_FIELD))
+            allowed = checked_models(form)
             body = KeyCreate(name=form.get("name", "").strip()[:200], scopes=scopes,
                              expires_at=utcnow() + expiry if expiry else None, allowed_models=allowed or None)
             key, secret = await keys.create(db, live.principal, live.row.tenant_id, body)
         except ServiceError as exc:
-            return await self._keys_page(db, live, status_code=exc.status, error=exc.detail)
+            return await self._keys_page(db, live, status_code=exc.status, error=problem_text(exc))
         # Rendered straight from the POST (no redirect, no-store): this response is the only place
         # the secret ever appears.
         return await self._keys_page(db, live, status_code=201, created=keys.key_out(key), secret=secret)
+
+    @post("/keys/{key_id:uuid}/models")
+    async def change_key_models(self, request: Request, db: AsyncSession, live: sessions.Live,
+                                key_id: uuid.UUID) -> Response:
+        """The models an existing key may call (none checked: every model); the edges apply it with
+        their next snapshot."""
+        form = await auth.checked_form(request, live)
+        try:
+            key = await keys.change(db, live.principal, live.row.tenant_id, key_id,
+                                    KeyUpdate(allowed_models=checked_models(form) or None))
+        except ServiceError as exc:
+            return await self._keys_page(db, live, status_code=exc.status, error=problem_text(exc))
+        return await self._keys_page(db, live, changed=key.prefix)
 
     @post("/keys/{key_id:uuid}/revoke")
     async def revoke_key(self, request: Request, db: AsyncSession, live: sessions.Live, key_id: uuid.UUID) -> Response:

@@ -123,6 +123,14 @@ class RollingPeak:
     def peak(self) -> float:
         return self.current if self.previous is None else max(self.current, self.previous)
 
+    def recent(self, now: float) -> float:
+        """The peak of what was observed within the last one to two windows, as of ``now``: a peak
+        with no observation since fades instead of standing forever."""
+        age = now - self.started
+        if age >= 2 * self.window_s:
+            return 0.0
+        return self.current if age >= self.window_s else self.peak()
+
     def observed_for(self, now: float) -> float:
         return float("inf") if self.previous is not None else now - self.started
 

@@ -50,6 +50,12 @@ PROBE_OK, PROBE_SLOW, PROBE_FAILED, PROBE_DEAD = "ok", "slow", "failed", "dead"
 DEGRADED_FAILING_REGION, DEGRADED_UNHEALTHY = "failing_region", "unhealthy"
 
 
+def reserved_slots(capacity: int, share: float, interactive_peak: float | None) -> float:
+    """Slots batch work leaves to interactive work on a replica of ``capacity``."""
+    most = capacity * share
+    return most if interactive_peak is None else min(most, math.ceil(interactive_peak) + 1)
+
+
 @dataclass
 class Router:
     settings: EdgeSettings
@@ -164,14 +170,18 @@ class Router:
         return []
 
     def choose(self, req: RouteRequest, candidates: list[Candidate], now: float,
-               keep_free: float = 0.0, preempts_batch: bool = False) -> Decision | None:
+               keep_free: float = 0.0, preempts_batch: bool = False,
+               interactive_peak: float | None = None) -> Decision | None:
         """The capacity guard: only replicas with room are offered to the policy. None means every
         candidate is full and the request must wait in the admission queue. ``keep_free``: the share
-        of each replica's slots this request may not take (batch work leaves it to interactive).
-        ``preempts_batch``: the engines preempt batch-class requests for this one (SGLang's priority
-        preemption), so the slots this edge's batch requests hold count as free for it."""
+        of each replica's slots this request may not take (batch work leaves it to interactive); with
+        ``interactive_peak`` (the most interactive requests one replica recently held) it leaves that
+        many plus one, up to the share. ``preempts_batch``: the engines preempt batch-class requests
+        for this one (SGLang's priority preemption), so the slots this edge's batch requests hold
+        count as free for it."""
         if keep_free > 0:
-            roomy = [c for c in candidates if c.running < c.capacity * (1.0 - keep_free)]
+            roomy = [c for c in candidates if c.running < c.capacity - reserved_slots(c.capacity, keep_free,
+                                                                                         interactive_peak)]
         elif preempts_batch:
             roomy = [c for c in candidates if c.running - c.load.batch_inflight < c.capacity]
         else:

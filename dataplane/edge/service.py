@@ -27,7 +27,7 @@ from dataplane.edge.auth import authenticate, batch_caller
 from dataplane.edge.breaker import OPEN, RetryBudget
 from dataplane.edge.catalog import BATCH, INTERACTIVE, ApiKey, Catalog, Replica, Tenant, Variant
 from dataplane.edge.echo import echo, model_rewrite
-from dataplane.edge.fairness import ShareGuard, Waiter
+from dataplane.edge.fairness import RollingPeak, ShareGuard, Waiter
 from dataplane.edge.health import HealthMonitor
 from dataplane.edge.limits import Lease, Limiter, RedisStore, to_error
 from dataplane.edge.metrics import EdgeMetrics
@@ -220,6 +220,8 @@ class EdgeService:
         self.admission = Admission(settings.queue_max, settings.queue_timeout_s, time.monotonic)
         self.extra_fields = frozenset(settings.extra_request_fields)
         self.share_guards: dict[str, ShareGuard] = {}  # per variant
+        # per variant: the most interactive requests one replica held lately (what batch work leaves free)
+        self.interactive_peaks: dict[str, RollingPeak] = {}
         self.response_cache = ResponseCache(settings.response_cache_entries, settings.response_cache_ttl_s)
         self.source = source_factory(self)
         self.redis = None
@@ -556,11 +558,18 @@ class EdgeService:
             free = sum(max(0, c.capacity - c.running + (c.load.batch_inflight if preempts else 0)) for c in candidates)
             if not guard.allows(tenant.id, free, sum(c.capacity for c in candidates), now):
                 return None
-            decision = self.router.choose(route_req, candidates, now, keep_free=keep_free, preempts_batch=preempts)
+            peak = self.interactive_peaks.get(variant.id)
+            decision = self.router.choose(route_req, candidates, now, keep_free=keep_free, preempts_batch=preempts,
+                                          interactive_peak=peak.recent(now) if peak is not None else 0.0)
             if decision is None:
                 return None
             ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now,
                                           batch=st.priority == BATCH)
+            if st.priority != BATCH:
+                load = self.router.load(ticket.replica.id)
+                if peak is None:
+                    peak = self.interactive_peaks[variant.id] = RollingPeak(self.settings.interactive_peak_window_s, now)
+                peak.observe(load.inflight - load.batch_inflight, now)
             ticket.tenant_id = tenant.id
             if candidates[0].degraded:  # every candidate of one answer shares its tier
                 self.metrics.child(self.metrics.degraded_dispatches, req.model, candidates[0].degraded).inc()

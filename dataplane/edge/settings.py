@@ -53,9 +53,12 @@ class EdgeSettings:
     fair_burst_slots: float = 2.0  # per-tenant burst allowance of fairness.ShareGuard; -1 disables the guard
     fair_active_window_s: float = 10.0
     activation_timeout_s: float = 120.0
-    # Share of every replica's slots that batch-class requests leave free for interactive ones: batch
-    # work fills what interactive traffic does not use, up to the rest; an interactive burst finds room.
+    # Slots of every replica that batch-class requests leave free for interactive ones: the most
+    # interactive requests one replica held over the last ``interactive_peak_window_s``, plus one, and
+    # never more than this share. Batch work fills what interactive traffic does not use; a burst
+    # beyond the reserve preempts batch work inside engines that schedule by priority.
     interactive_reserved_share: float = 0.2
+    interactive_peak_window_s: float = 60.0
     activation_repeat_s: float = 10.0
     # Upstream
     connect_timeout_s: float = 2.0

@@ -394,3 +394,17 @@ def test_batch_requests_yield_inside_an_engine_that_schedules_by_priority(edge_f
         assert len(done) == 7
         # FIFO would finish it last; by priority it runs as soon as the running batch request ends.
         assert done.index("interactive") <= 2, done
+
+
+def test_batch_work_leaves_the_recent_interactive_peak_plus_one_up_to_the_share():
+    from dataplane.edge.fairness import RollingPeak
+    from dataplane.edge.router import reserved_slots
+
+    assert reserved_slots(100, 0.2, None) == 20  # no interactive history asked for: the whole share
+    assert reserved_slots(100, 0.2, 0.0) == 1  # nothing interactive lately: one slot for the next one
+    assert reserved_slots(100, 0.2, 6.2) == 8  # six-odd at once lately: seven plus one
+    assert reserved_slots(100, 0.2, 60) == 20  # never more than the share
+    peak = RollingPeak(60.0, 0.0)
+    peak.observe(5, 1.0)
+    assert peak.recent(30.0) == 5 and peak.recent(70.0) == 5  # still within the last one to two windows
+    assert peak.recent(121.0) == 0.0  # quiet for two windows: it fades
