@@ -71,9 +71,9 @@ def plain_error(status: int, message: str) -> tuple[bytes, bytes]:
 @dataclass(frozen=True)
 class ServerOptions:
     max_body: int = MAX_BODY
-    # Larger bodies for some paths (URL prefix, limit): file uploads, whose route checks its own
-    # size, without raising every other route's limit.
-    body_limits: tuple[tuple[bytes, int], ...] = ()
+    # Larger bodies for some paths (URL prefix, byte limit, whole-body deadline in s): file uploads,
+    # whose route checks its own size, without raising every other route's limits.
+    body_limits: tuple[tuple[bytes, int, float], ...] = ()
     # What a client whose body is too large gets (the edge answers in OpenAI's error shape).
     too_large_type: bytes = b"text/plain"
     too_large_body: bytes = b"request body too large"
@@ -370,11 +370,11 @@ class Connection(asyncio.Protocol):
         self._head_bytes = 0
         if opts.require_host and b"host" not in headers and self._parser.get_http_version() == "1.1":
             raise _Refused(400, "an HTTP/1.1 request needs a Host header")
+        self._max_body, body_timeout_s = next(((limit, timeout) for prefix, limit, timeout in opts.body_limits
+                                                if self._url.startswith(prefix)), (opts.max_body, opts.body_timeout_s))
         if self._phase == _HEAD:
             self._phase = _BODY
-            self.deadline = self._loop.time() + opts.body_timeout_s
-        self._max_body = next((limit for prefix, limit in opts.body_limits if self._url.startswith(prefix)),
-                              opts.max_body)
+            self.deadline = self._loop.time() + body_timeout_s
         if opts.early is not None and self._current is None and not self._queue:
             self._early_checked = True
             answer = opts.early(self, self._parser.get_method(), self._url, headers)

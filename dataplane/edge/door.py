@@ -69,7 +69,8 @@ def server_options(settings: EdgeSettings, early: Callable | None, fd_limit: int
     too_large = errors.EdgeError(413, f"Request body is larger than {limit} bytes.", code="request_too_large")
     total, per_client = connection_caps(settings, fd_limit)
     return httpserver.ServerOptions(
-        max_body=limit, body_limits=((b"/v1/files", max(limit, settings.max_file_upload_bytes)),),
+        max_body=limit, body_limits=((b"/v1/files", max(limit, settings.max_file_upload_bytes),
+                                      max(settings.body_timeout_s, settings.file_upload_timeout_s)),),
         too_large_type=httpserver.JSON_TYPE, too_large_body=too_large.body(),
         render_error=render_error, keep_alive_s=settings.keep_alive_s, header_timeout_s=settings.header_timeout_s,
         body_timeout_s=settings.body_timeout_s, send_timeout_s=settings.send_timeout_s or None,

@@ -22,6 +22,7 @@ class ReplicaLoad:
 
     inflight: int = 0
     batch_inflight: int = 0  # of ``inflight``, batch-class requests
+    interactive_prefilling: int = 0  # interactive requests dispatched here that have no first byte yet
     inflight_tokens: int = 0
     pending_prefill_tokens: int = 0  # uncached prompt tokens of requests that have not started streaming
     # monotonic time this edge last saw the replica produce output (a first byte, a streamed chunk,

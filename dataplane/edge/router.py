@@ -180,8 +180,10 @@ class Router:
         for this one (SGLang's priority preemption), so the slots this edge's batch requests hold
         count as free for it."""
         if keep_free > 0:
-            roomy = [c for c in candidates if c.running < c.capacity - reserved_slots(c.capacity, keep_free,
-                                                                                         interactive_peak)]
+            # Nor does batch work start where an interactive request waits for its first token: the
+            # engine would prefill them together (or the batch first), and the interactive TTFT pays.
+            roomy = [c for c in candidates if not c.load.interactive_prefilling
+                     and c.running < c.capacity - reserved_slots(c.capacity, keep_free, interactive_peak)]
         elif preempts_batch:
             roomy = [c for c in candidates if c.running - c.load.batch_inflight < c.capacity]
         else:
@@ -208,6 +210,7 @@ class Router:
             load.busy_since = now
         load.inflight += 1
         load.batch_inflight += batch
+        load.interactive_prefilling += not batch
         load.inflight_tokens += reserved_tokens
         load.pending_prefill_tokens += uncached
         self.breaker(replica.id).on_dispatch()
@@ -221,6 +224,7 @@ class Router:
         rid = ticket.replica.id
         load = self.load(rid)
         load.pending_prefill_tokens -= ticket.uncached_tokens
+        load.interactive_prefilling -= not ticket.batch
         if now is not None:
             load.last_progress = now
         self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms)
@@ -240,6 +244,7 @@ class Router:
         load = self.load(ticket.replica.id)
         if not ticket.started:
             load.pending_prefill_tokens -= ticket.uncached_tokens
+            load.interactive_prefilling -= not ticket.batch
         load.inflight -= 1
         load.batch_inflight -= ticket.batch
         load.inflight_tokens -= ticket.reserved_tokens

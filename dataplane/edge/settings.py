@@ -82,8 +82,10 @@ class EdgeSettings:
     health_snapshot_max_age_s: float = 300.0
     # Validation
     max_body_bytes: int = 4 * 1024 * 1024
-    # A Batch API file upload (/v1/files, forwarded to the control plane, which checks its own limit).
+    # A Batch API file upload (/v1/files, forwarded to the control plane, which checks its own limit),
+    # and the whole-body deadline it gets instead of ``body_timeout_s`` (101 MiB at ~3 Mbit/s).
     max_file_upload_bytes: int = 101 * 1024 * 1024
+    file_upload_timeout_s: float = 300.0
     max_json_depth: int = 64  # deeper JSON bodies get a 400 (a JSON schema in `tools` is rarely past 10)
     max_messages: int = 2048
     max_n: int = 8

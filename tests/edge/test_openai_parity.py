@@ -313,24 +313,49 @@ def test_the_engine_hears_the_request_class_only_where_it_schedules_by_priority(
 
 def test_batch_work_leaves_a_share_of_the_slots_to_interactive_traffic():
     from dataplane.edge.policies import RouteRequest
-    from tests.edge.test_routing import catalog, make_router, route
+    from tests.edge.test_routing import catalog, make_router
 
     cat = catalog(n=1, max_running=10)
     router = make_router("round_robin")
-    for i in range(7):
-        route(router, cat, f"b{i}")
     probe = RouteRequest([], 1, 1)
 
-    def offered(keep_free: float) -> bool:
-        return router.choose(probe, router.eligible(cat, list(cat.replicas.values()), 0.0), 0.0,
-                             keep_free=keep_free) is not None
+    def candidates():
+        return router.eligible(cat, list(cat.replicas.values()), 0.0)
 
+    def offered(keep_free: float) -> bool:
+        return router.choose(probe, candidates(), 0.0, keep_free=keep_free) is not None
+
+    def send(batch: bool):
+        return router.dispatch(cat, router.choose(probe, candidates(), 0.0), probe, 10, 0.0, batch=batch)
+
+    for _ in range(7):
+        send(batch=True)
     assert offered(0.2)  # 7 of 10 in flight: batch may take the eighth slot
-    route(router, cat, "b7")
+    send(batch=True)
     assert not offered(0.2) and offered(0.0)  # 8 of 10: the last two are interactive's
-    route(router, cat, "i0")
-    route(router, cat, "i1")
+    send(batch=False)
+    send(batch=False)
     assert not offered(0.0)  # full
+
+
+def test_batch_work_does_not_start_where_an_interactive_request_waits_for_its_first_token():
+    from dataplane.edge.policies import RouteRequest
+    from tests.edge.test_routing import catalog, make_router
+
+    cat = catalog(n=1, max_running=10)
+    router = make_router("round_robin")
+    probe = RouteRequest([], 1, 1)
+
+    def candidates():
+        return router.eligible(cat, list(cat.replicas.values()), 0.0)
+
+    for _ in range(3):
+        router.dispatch(cat, router.choose(probe, candidates(), 0.0), probe, 10, 0.0, batch=True)
+    interactive = router.dispatch(cat, router.choose(probe, candidates(), 0.0), probe, 10, 0.0)
+    assert router.choose(probe, candidates(), 0.0, keep_free=0.2) is None  # it would share the prefill
+    router.first_byte(interactive, 5.0, 0.0)
+    assert router.choose(probe, candidates(), 0.0, keep_free=0.2) is not None
+    assert router.load(next(iter(cat.replicas))).interactive_prefilling == 0
 
 
 def test_interactive_work_may_take_the_slots_batch_work_holds_where_the_engine_preempts_it():
