@@ -197,7 +197,8 @@ def one_round(args, seed: int) -> dict[str, float]:
     with sim_fleet(args.replicas, served_model_name=MODEL, extra_args=sim_args, ready_delay=0.0) as fleet:
         urls = [s.url for s in fleet]
         replicas = [{"url": u, "max_running_requests": args.slots} for u in urls]
-        settings = {"health_interval_s": 30, "queue_timeout_s": 60, "edge_token": EDGE_TOKEN}
+        settings = {"health_interval_s": 30, "queue_timeout_s": 60, "edge_token": EDGE_TOKEN,
+                    **dict(kv.split("=", 1) for kv in args.edge_set)}
         with nimbus_edge(replicas, tenants, settings, priority_scheduling="high_first") as edge:
             capacity = run_async(saturate(edge, key, args.replicas * args.slots, args.capacity_s,
                                           args.prompt_words, args.max_tokens))
@@ -246,6 +247,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=0, help="batch lines in flight (default 2 x slots)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--edge-set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="edge setting override for experiments, e.g. interactive_reserved_share=0.1")
     args = ap.parse_args()
     rounds = [one_round(args, args.seed + 100 * i) for i in range(args.repeat)]
     rows = [["round", "capacity tok/s", "interactive tok/s", "batch tok/s", "spare used", "TTFT p50 alone/batch ms",
