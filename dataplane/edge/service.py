@@ -558,12 +558,9 @@ class EdgeService:
             free = sum(max(0, c.capacity - c.running + (c.load.batch_inflight if preempts else 0)) for c in candidates)
             if not guard.allows(tenant.id, free, sum(c.capacity for c in candidates), now):
                 return None
-            # Where the engines preempt batch work for interactive work, one free slot is enough (a burst
-            # beyond it preempts); elsewhere batch work leaves what interactive traffic recently used.
             peak = self.interactive_peaks.get(variant.id)
-            recent = 0.0 if variant.priority_scheduling is not None or peak is None else peak.recent(now)
             decision = self.router.choose(route_req, candidates, now, keep_free=keep_free, preempts_batch=preempts,
-                                          interactive_peak=recent)
+                                          interactive_peak=peak.recent(now) if peak is not None else 0.0)
             if decision is None:
                 return None
             ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now,

@@ -53,11 +53,10 @@ class EdgeSettings:
     fair_burst_slots: float = 2.0  # per-tenant burst allowance of fairness.ShareGuard; -1 disables the guard
     fair_active_window_s: float = 10.0
     activation_timeout_s: float = 120.0
-    # Slots of every replica that batch-class requests leave free for interactive ones, never more than
-    # this share: one slot where the engines preempt batch work by priority (a burst beyond it preempts),
-    # elsewhere the most interactive requests one replica held over ``interactive_peak_window_s``, plus
-    # one. Batch work fills what interactive traffic does not use. (bench/batch: reserving the whole
-    # share where the engine preempts cost 5 points of the spare capacity and bought no TTFT.)
+    # Slots of every replica that batch-class requests leave free for interactive ones: the most
+    # interactive requests one replica held over the last ``interactive_peak_window_s``, plus one, and
+    # never more than this share. Batch work fills what interactive traffic does not use; a burst
+    # beyond the reserve preempts batch work inside engines that schedule by priority.
     interactive_reserved_share: float = 0.2
     interactive_peak_window_s: float = 60.0
     activation_repeat_s: float = 10.0
