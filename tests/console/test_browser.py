@@ -101,11 +101,19 @@ async def test_tenant_journey(stack: Stack, browser: Browser) -> None:
     # a key limited to one model: the edge treats every other model as absent for it
     limited_to = stack.data["batch_model"]["name"]
     await page.get_by_label("Name").fill("batch-only")
-    await page.get_by_label(limited_to, exact=True).check()
+    await page.locator("form[aria-labelledby=create-h]").get_by_label(limited_to, exact=True).check()
     await page.get_by_role("button", name="Create key").click()
     limited = (await page.get_by_label("Secret").input_value())[:12]
     await expect(page.locator(f'tr[data-prefix="{limited}"] .models')).to_have_text(limited_to)
     await expect(page.locator(f'tr[data-prefix="{prefix}"] .models')).to_have_text("all")
+    # ...and its models can be changed afterwards, from its own row
+    row = page.locator(f'tr[data-prefix="{limited}"]')
+    await row.get_by_text("Change").click()
+    await row.get_by_label(limited_to, exact=True).uncheck()
+    await row.get_by_role("button", name=f"Save the models of key {limited}").click()
+    await expect(page.get_by_role("status")).to_contain_text(f"Key {limited} now has the models")
+    await expect(page.locator(f'tr[data-prefix="{limited}"] .models')).to_have_text("all")
+    await page.goto(stack.cp_url + "/console/keys")  # the steps below start from a fresh keys page
 
     # --- playground: tokens stream in through the edge
     await page.get_by_role("link", name="Playground").click()
