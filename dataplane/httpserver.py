@@ -370,8 +370,11 @@ class Connection(asyncio.Protocol):
         self._head_bytes = 0
         if opts.require_host and b"host" not in headers and self._parser.get_http_version() == "1.1":
             raise _Refused(400, "an HTTP/1.1 request needs a Host header")
-        self._max_body, body_timeout_s = next(((limit, timeout) for prefix, limit, timeout in opts.body_limits
-                                                if self._url.startswith(prefix)), (opts.max_body, opts.body_timeout_s))
+        self._max_body, body_timeout_s = opts.max_body, opts.body_timeout_s
+        for prefix, limit, timeout in opts.body_limits:  # usually one entry (uploads); none on most servers
+            if self._url.startswith(prefix):
+                self._max_body, body_timeout_s = limit, timeout
+                break
         if self._phase == _HEAD:
             self._phase = _BODY
             self.deadline = self._loop.time() + body_timeout_s
