@@ -20,8 +20,8 @@ each one has ready where and when, not about the engine.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bench.fleet.profiles import Capacity
@@ -37,7 +37,8 @@ class StepResult:
 
 
 class PoolQueue:
-    def __init__(self, slo_s: float, timeout_s: float = 300.0, window_s: float = 60.0):
+    def __init__(self, slo_s: float, timeout_s: float = 300.0, window_s: float = 60.0,
+                 phase_of: Callable[[float], str] | None = None):
         self.slo_s = slo_s
         self.timeout_s = timeout_s
         self.window_s = window_s
@@ -49,6 +50,11 @@ class PoolQueue:
         self.dropped = 0.0
         self.samples: deque[tuple[float, float, float]] = deque()  # (t, ttft, requests) for the p95 gauge
         self.count_from = 0.0  # requests that arrive earlier (the warm-up) are not accounted
+        # Requests and those inside the SLO by the phase of the load at their arrival (a burst,
+        # the minutes after one, steady): where the misses are, not only how many.
+        self.phase_of = phase_of
+        self.requests_by_phase: dict[str, float] = defaultdict(float)
+        self.within_by_phase: dict[str, float] = defaultdict(float)
 
     # -- the gauge the autoscaler reads
     def ttft_p95(self, now: float, min_requests: int = 20) -> float | None:
@@ -71,12 +77,16 @@ class PoolQueue:
     def _count(self, arrived: float, ok: float) -> None:
         if arrived >= self.count_from:
             self.within += ok
+            if self.phase_of is not None:
+                self.within_by_phase[self.phase_of(arrived)] += ok
 
     def step(self, t: float, dt: float, arrivals: int, servers: Sequence[tuple[int, Capacity]]) -> StepResult:
         """Serve [t, t + dt): ``servers`` are (ready replicas, their capacity) per GPU type."""
         counting = t >= self.count_from
         if counting:
             self.requests += arrivals
+            if self.phase_of is not None and arrivals:
+                self.requests_by_phase[self.phase_of(t + dt / 2)] += arrivals
         rate = sum(k * c.qps for k, c in servers)
         if rate <= 0:
             if arrivals:

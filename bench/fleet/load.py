@@ -69,6 +69,27 @@ def make_load(variant: Variant, seed: int, hours: float) -> PoolLoad:
     return PoolLoad(variant, make_bursts(shape, np.random.default_rng([seed, zlib.crc32(variant.pool_id.encode())])), [])
 
 
+AFTER_BURST_S = 600.0
+
+
+def phase_of(pool: PoolLoad, after_s: float = AFTER_BURST_S):
+    """The load's phase at time t, for the SLO split: ``burst`` (inside one), ``after-burst``
+    (the ``after_s`` that follow one: a backlog still draining, capacity still arriving),
+    ``steady`` (the diurnal curve alone); ``episode`` for a long-tail pool's traffic."""
+    if pool.variant.load.sparse:
+        return lambda t: "episode"
+    spans = sorted((b.start, b.start + b.duration) for b in pool.bursts)
+
+    def phase(t: float) -> str:
+        after = False
+        for start, end in spans:
+            if start <= t < end:
+                return "burst"
+            after = after or end <= t < end + after_s
+        return "after-burst" if after else "steady"
+    return phase
+
+
 def arrival_counts(pool: PoolLoad, seed: int, start: float, end: float, dt: float, scale: float = 1.0) -> np.ndarray:
     """Poisson arrivals per step [start + k dt, start + (k+1) dt), the rate times ``scale``."""
     steps = round((end - start) / dt)

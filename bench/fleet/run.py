@@ -30,7 +30,7 @@ from pathlib import Path
 from bench.fleet import clairvoyant, sim
 from bench.fleet.catalog import offers_for
 from bench.fleet.fluid import PoolQueue
-from bench.fleet.load import arrival_counts, make_load
+from bench.fleet.load import arrival_counts, make_load, phase_of
 from bench.fleet.models import FLEETS, fleet_variants
 from bench.fleet.profiles import capacities
 from controlplane.autoscaler.config import AutoscalerConfig
@@ -39,6 +39,10 @@ from controlplane.fleet.capacity import ConsolidationBudget
 HERE = Path(__file__).resolve().parent
 CONTENDERS = ("nimbus", "nimbus-no-consol", "skyserve")
 DIAGNOSTICS = ("nimbus-oracle",)
+# The bound provisioned for these multiples of each interval's demand as well: its cost at a
+# contender's SLO attainment is interpolated on them (``equal_slo_bound``).
+BOUND_FACTORS = (1.0, 1.02, 1.05, 1.1)
+PHASES = ("steady", "burst", "after-burst", "episode")
 
 
 def _setup(catalog: str, seed: int, hours: float, load_scale: float = 1.0, fleet: str = "default"):
@@ -46,18 +50,34 @@ def _setup(catalog: str, seed: int, hours: float, load_scale: float = 1.0, fleet
     variants = fleet_variants(fleet)
     caps = capacities(variants, {o.gpu_type for o in offers})
     end = hours * 3600
-    arrivals = {v.pool_id: arrival_counts(make_load(v, seed, hours), seed, -sim.WARMUP_S, end, sim.DT,
+    loads = {v.pool_id: make_load(v, seed, hours) for v in variants}
+    arrivals = {v.pool_id: arrival_counts(loads[v.pool_id], seed, -sim.WARMUP_S, end, sim.DT,
                                           scale=1.0 if v.tail else load_scale)
                 for v in variants}
-    return offers, variants, caps, arrivals, end
+    phases = {p: phase_of(load) for p, load in loads.items()}
+    return offers, variants, caps, arrivals, end, phases
+
+
+def slo_by_phase(queues) -> dict[str, dict[str, float]]:
+    """Requests and the share inside the SLO by the load's phase at arrival, over all pools."""
+    out: dict[str, dict[str, float]] = {}
+    for q in queues:
+        for phase, n in q.requests_by_phase.items():
+            d = out.setdefault(phase, {"requests": 0.0, "within": 0.0})
+            d["requests"] += n
+            d["within"] += q.within_by_phase.get(phase, 0.0)
+    for d in out.values():
+        d["attainment"] = d["within"] / d["requests"] if d["requests"] else 1.0
+    return out
 
 
 def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: float = 1.0,
                   budget: dict | None = None, fleet: str = "default", autoscaler: dict | None = None,
                   empty_node_ttl_s: float = sim.EMPTY_NODE_TTL_S) -> dict:
     started = time.process_time()
-    offers, variants, caps, arrivals, end = _setup(catalog, seed, hours, load_scale, fleet)
-    pools = [sim.PoolRun(v, caps[v.pool_id], arrivals[v.pool_id], PoolQueue(v.slo_s)) for v in variants]
+    offers, variants, caps, arrivals, end, phases = _setup(catalog, seed, hours, load_scale, fleet)
+    pools = [sim.PoolRun(v, caps[v.pool_id], arrivals[v.pool_id], PoolQueue(v.slo_s, phase_of=phases[v.pool_id]))
+             for v in variants]
     if kind.startswith("skyserve"):
         factor = float(kind.split("-x")[1]) if "-x" in kind else 1.0
         contender = sim.SkyServe(pools, offers, -sim.WARMUP_S, end, qps_factor=factor)
@@ -77,6 +97,7 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
         "fragmentation": 1 - allocated / billed if billed else 0.0,
         "fragmentation_cost": max(0.0, t.cost - sum(t.held_cost.values())),
         "requests": o.requests, "slo_attainment": o.within / o.requests if o.requests else 1.0,
+        "slo_by_phase": slo_by_phase(p.queue for p in pools),
         "cold_start_waits": o.cold_waits, "dropped": o.dropped, "migrations": t.migrations,
         "consolidation_actions": dict(t.consolidation_actions), "nodes_launched": t.nodes_launched,
         "replicas_placed": t.replicas_placed, "peak_nodes": t.peak_nodes, "peak_gpus": t.peak_gpus,
@@ -102,19 +123,41 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
     return out
 
 
-def run_bound(catalog: str, seed: int, hours: float, load_scale: float = 1.0, fleet: str = "default") -> dict:
+def run_bound(catalog: str, seed: int, hours: float, load_scale: float = 1.0, fleet: str = "default",
+              demand_factor: float = 1.0) -> dict:
+    """The clairvoyant bound (provisioned for ``demand_factor`` x each interval's demand) and the
+    SLO attainment its replicas get through the contenders' queueing model."""
     started = time.process_time()
-    offers, variant_list, caps, arrivals, _ = _setup(catalog, seed, hours, load_scale, fleet)
+    offers, variant_list, caps, arrivals, _, phases = _setup(catalog, seed, hours, load_scale, fleet)
     variants = {v.pool_id: v for v in variant_list}
-    b = clairvoyant.lower_bound(arrivals, sim.DT, round(sim.WARMUP_S / sim.DT), variants, caps, offers)
-    sampled, equal, worst = clairvoyant.check_exact(b, variants, offers)
-    return {
-        "name": "clairvoyant", "cost": b.cost, "billed_gpu_h": b.billed_gpu_h, "allocated_gpu_h": b.allocated_gpu_h,
+    b = clairvoyant.lower_bound(arrivals, sim.DT, round(sim.WARMUP_S / sim.DT), variants, caps, offers,
+                                demand_factor=demand_factor)
+    queues = clairvoyant.attainment(b, arrivals, sim.DT, -sim.WARMUP_S, variants, caps, phases).values()
+    requests, within = sum(q.requests for q in queues), sum(q.within for q in queues)
+    out = {
+        "name": "clairvoyant" if demand_factor == 1.0 else f"clairvoyant-x{demand_factor:g}",
+        "demand_factor": demand_factor, "cost": b.cost, "billed_gpu_h": b.billed_gpu_h,
+        "allocated_gpu_h": b.allocated_gpu_h,
         "fragmentation": 1 - b.allocated_gpu_h / b.billed_gpu_h if b.billed_gpu_h else 0.0,
         "intervals": b.intervals, "distinct_demands": b.solved, "gpu_h_by_pool_type": b.gpu_h_by_pool_type,
-        "exact_check": {"sampled": sampled, "equal_to_exact_min_cost": equal, "worst_gap": worst},
-        "cpu_s": time.process_time() - started,
+        "slo_attainment": within / requests if requests else 1.0, "slo_by_phase": slo_by_phase(queues),
     }
+    if demand_factor == 1.0:
+        sampled, equal, worst = clairvoyant.check_exact(b, variants, offers)
+        out["exact_check"] = {"sampled": sampled, "equal_to_exact_min_cost": equal, "worst_gap": worst}
+    out["cpu_s"] = time.process_time() - started
+    return out
+
+
+def equal_slo_bound(bounds: list[dict], attainment: float) -> dict | None:
+    """The bound's cost at ``attainment``: linear between the two demand factors whose
+    attainments bracket it; None where it lies outside them (no extrapolation)."""
+    points = sorted((b["slo_attainment"], b["cost"], b["demand_factor"]) for b in bounds)
+    for (a0, c0, f0), (a1, c1, f1) in zip(points, points[1:]):
+        if a0 <= attainment <= a1 and a1 > a0:
+            w = (attainment - a0) / (a1 - a0)
+            return {"cost": c0 + w * (c1 - c0), "demand_factor": f0 + w * (f1 - f0)}
+    return None
 
 
 def _fmt_row(r: dict, sky: dict, bound: dict | None) -> str:
@@ -192,6 +235,7 @@ def render(results: dict, catalog: str, seed: int) -> tuple[str, dict[str, bool]
         if starts:
             mean = sum(d["cold_start_mean_s"] * d["cold_starts"] for d in tails) / starts
             lines.append(f"{n}: tail pools: {starts} cold starts, mean {mean:.0f} s from placement to ready")
+    lines += phase_lines(results)
     if bound:
         ex = bound["exact_check"]
         lines.append(f"clairvoyant: {bound['intervals']} intervals of {clairvoyant.INTERVAL_S:.0f} s, GPU-pooled "
@@ -202,6 +246,37 @@ def render(results: dict, catalog: str, seed: int) -> tuple[str, dict[str, bool]
         lines.append("skyserve shapes: " + "; ".join(f"{p}: {s}" for p, s in results["skyserve"]["shapes"].items()
                                                      if not p.startswith("tail-")) + "; tail pools likewise")
     return "\n".join(lines), checks
+
+
+def phase_lines(results: dict) -> list[str]:
+    """Where each row's SLO misses are, and the bound's cost at each contender's attainment."""
+    lines = ["", "SLO attainment by the load's phase at arrival (burst: inside a main pool's 1.8-3x burst; "
+             "after-burst: the 10 minutes after one; steady: the rest of the main pools' day; episode: "
+             "long-tail traffic), % (share of requests):"]
+    names = [n for n in [*CONTENDERS, *DIAGNOSTICS, "clairvoyant", *sorted(k for k in results
+                                                                         if k.startswith("clairvoyant-x"))]
+             if n in results and "slo_by_phase" in results[n]]
+    for n in names:
+        phases = results[n]["slo_by_phase"]
+        total = sum(d["requests"] for d in phases.values()) or 1.0
+        lines.append(f"  {n:<18} " + ", ".join(
+            f"{ph} {100 * phases[ph]['attainment']:.2f} ({100 * phases[ph]['requests'] / total:.1f}%)"
+            for ph in PHASES if ph in phases))
+    bounds = [results[k] for k in results if k.startswith("clairvoyant") and "slo_attainment" in results[k]]
+    if len(bounds) > 1:
+        lines.append("clairvoyant provisioned for f x each interval's demand, its replicas through the same queue: "
+                     + "; ".join(f"f {b['demand_factor']:g}: ${b['cost']:,.0f} at {100 * b['slo_attainment']:.2f}%"
+                                 for b in sorted(bounds, key=lambda b: b["demand_factor"])))
+        for n in [*CONTENDERS, *DIAGNOSTICS]:
+            if n not in results or "slo_attainment" not in results[n]:
+                continue
+            r = results[n]
+            eq = equal_slo_bound(bounds, r["slo_attainment"])
+            r["equal_slo_bound"] = eq
+            lines.append(f"  {n}: at its {100 * r['slo_attainment']:.2f}% the bound costs "
+                         + (f"${eq['cost']:,.0f} (f {eq['demand_factor']:.3f}): {n} is {r['cost'] / eq['cost']:.2f}x"
+                            if eq else "— (outside the factors' attainments)"))
+    return lines
 
 
 def code_version() -> dict:
@@ -269,10 +344,13 @@ def main(argv: list[str] | None = None) -> int:
     ttl = sim.EMPTY_NODE_TTL_S if args.empty_node_ttl is None else args.empty_node_ttl
     kinds = args.only or [*CONTENDERS, *([] if args.no_oracle else DIAGNOSTICS), "clairvoyant"]
     kinds += [f"skyserve-x{f:g}" for f in args.skyserve_headroom]
+    if "clairvoyant" in kinds:
+        kinds += [f"clairvoyant-x{f:g}" for f in BOUND_FACTORS if f != 1.0]
     results: dict[str, dict] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {k: (pool.submit(run_bound, args.catalog, args.seed, args.hours, args.load_scale, args.fleet)
-                       if k == "clairvoyant" else
+        futures = {k: (pool.submit(run_bound, args.catalog, args.seed, args.hours, args.load_scale, args.fleet,
+                                   float(k.split("-x")[1]) if "-x" in k else 1.0)
+                       if k.startswith("clairvoyant") else
                        pool.submit(run_contender, k, args.catalog, args.seed, args.hours, args.load_scale, budget,
                                    args.fleet, autoscaler, ttl))
                    for k in kinds}
