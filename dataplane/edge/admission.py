@@ -25,6 +25,7 @@ class Admission:
         self.queues: dict[str, FairQueue] = {}
         self._futures: dict[int, asyncio.Future] = {}
         self._ticker: asyncio.Task | None = None
+        self._timers: dict[str, asyncio.TimerHandle] = {}
 
     def queue(self, variant_id: str) -> FairQueue:
         q = self.queues.get(variant_id)
@@ -92,6 +93,22 @@ class Admission:
                     break
         return sent
 
+    def pump_at(self, variant_id: str, delay_s: float) -> None:
+        """Pump ``variant_id``'s queue once after ``delay_s``: one timer per variant, moved earlier
+        when a nearer time is asked for."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(0.0, delay_s)
+        pending = self._timers.get(variant_id)
+        if pending is not None:
+            if pending.when() <= when:
+                return
+            pending.cancel()
+
+        def fire() -> None:
+            self._timers.pop(variant_id, None)
+            self.pump(variant_id)
+        self._timers[variant_id] = loop.call_at(when, fire)
+
     def start_ticker(self, interval_s: float = 0.05) -> None:
         async def tick() -> None:
             while True:
@@ -102,6 +119,9 @@ class Admission:
         self._ticker = asyncio.create_task(tick())
 
     async def stop(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
         if self._ticker:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):

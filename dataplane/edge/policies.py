@@ -25,6 +25,9 @@ class ReplicaLoad:
     interactive_prefilling: int = 0  # interactive requests dispatched here that have no first byte yet
     inflight_tokens: int = 0
     pending_prefill_tokens: int = 0  # uncached prompt tokens of requests that have not started streaming
+    # until when (monotonic s) the batch prompts sent here are predicted to occupy the replica's
+    # prefill, one after another (``Router.choose``, ``batch_prefill_backlog_ms``)
+    batch_prefill_until: float = float("-inf")
     # monotonic time this edge last saw the replica produce output (a first byte, a streamed chunk,
     # a finished answer): passive health, which the active probe defers to (see health.judge)
     last_progress: float = float("-inf")

@@ -562,6 +562,11 @@ class EdgeService:
             decision = self.router.choose(route_req, candidates, now, keep_free=keep_free, preempts_batch=preempts,
                                           interactive_peak=peak.recent(now) if peak is not None else 0.0)
             if decision is None:
+                if st.priority == BATCH:
+                    # Held back by pacing: try again when it ends, not only when something finishes.
+                    until = self.router.batch_paced_until(candidates, now)
+                    if until is not None:
+                        self.admission.pump_at(variant.id, until - now)
                 return None
             ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now,
                                           batch=st.priority == BATCH)

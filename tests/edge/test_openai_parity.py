@@ -322,8 +322,8 @@ def test_batch_work_leaves_a_share_of_the_slots_to_interactive_traffic():
     def candidates():
         return router.eligible(cat, list(cat.replicas.values()), 0.0)
 
-    def offered(keep_free: float) -> bool:
-        return router.choose(probe, candidates(), 0.0, keep_free=keep_free) is not None
+    def offered(keep_free: float) -> bool:  # a second later: no batch prompt is still being prefilled
+        return router.choose(probe, candidates(), 1.0, keep_free=keep_free) is not None
 
     def send(batch: bool):
         return router.dispatch(cat, router.choose(probe, candidates(), 0.0), probe, 10, 0.0, batch=batch)
@@ -354,8 +354,74 @@ def test_batch_work_does_not_start_where_an_interactive_request_waits_for_its_fi
     interactive = router.dispatch(cat, router.choose(probe, candidates(), 0.0), probe, 10, 0.0)
     assert router.choose(probe, candidates(), 0.0, keep_free=0.2) is None  # it would share the prefill
     router.first_byte(interactive, 5.0, 0.0)
-    assert router.choose(probe, candidates(), 0.0, keep_free=0.2) is not None
+    assert router.choose(probe, candidates(), 1.0, keep_free=0.2) is not None
     assert router.load(next(iter(cat.replicas))).interactive_prefilling == 0
+
+
+def test_batch_work_is_paced_by_the_predicted_prefill_time_of_the_batch_prompts_sent():
+    """A wave of batch prompts is one long prefill step that an interactive arrival must wait out,
+    so batch work is paced: a batch request starts on a replica only while the batch prompts
+    already sent there have at most ``batch_prefill_backlog_ms`` of predicted prefill left (their
+    uncached tokens at the TTFT model's per-token cost, one after another)."""
+    from dataplane.edge.policies import RouteRequest
+    from tests.edge.test_routing import catalog, make_router
+
+    cat = catalog(n=2, max_running=10)
+    prompt = RouteRequest([], 1000, 4000)  # 1000 uncached tokens: 100 ms of prefill predicted
+
+    def batch(router, now: float):
+        candidates = router.eligible(cat, list(cat.replicas.values()), 0.0)
+        decision = router.choose(prompt, candidates, now, keep_free=0.2)
+        return None if decision is None else router.dispatch(cat, decision, prompt, 10, now, batch=True)
+
+    strict = make_router("round_robin", prefill_ms_per_token=0.1, batch_prefill_backlog_ms=0)
+    first, second = batch(strict, 0.0), batch(strict, 0.01)
+    assert {first.replica.id, second.replica.id} == {"rep0", "rep1"}  # each replica takes one
+    assert batch(strict, 0.05) is None  # both are still prefilling a batch prompt
+    everyone = strict.eligible(cat, list(cat.replicas.values()), 0.0)
+    assert strict.choose(prompt, everyone, 0.05) is not None  # interactive work is never paced
+    assert abs(strict.batch_paced_until(everyone, 0.05) - 0.1) < 1e-9  # the admission queue's next pump
+    third = batch(strict, 0.1)
+    assert third is not None and third.replica.id == first.replica.id
+    assert strict.batch_paced_until(everyone, 0.2) is None
+
+    # A backlog allowance of 150 ms lets a second prompt queue behind the first, not a third.
+    loose = make_router("round_robin", prefill_ms_per_token=0.1, batch_prefill_backlog_ms=150)
+    sent = [batch(loose, 0.0) for _ in range(6)]
+    assert [t is not None for t in sent] == [True] * 4 + [False] * 2  # 2 per replica: 0-100, 100-200 ms
+    assert abs(loose.load("rep0").batch_prefill_until - 0.2) < 1e-9
+
+    unpaced = make_router("round_robin", prefill_ms_per_token=0.1, batch_prefill_backlog_ms=-1)
+    assert all(batch(unpaced, 0.0) is not None for _ in range(6))
+    assert unpaced.batch_paced_until(everyone, 0.0) is None
+
+
+def test_a_timed_pump_dispatches_a_waiter_that_only_time_holds_back():
+    import asyncio
+    import time as _time
+
+    from dataplane.edge.admission import Admission
+    from dataplane.edge.fairness import Waiter
+
+    async def scenario() -> tuple[str, float]:
+        adm = Admission(queue_max=10, timeout_s=5.0, clock=_time.monotonic)
+        opens = _time.monotonic() + 0.1
+        started = _time.monotonic()
+
+        def try_dispatch(now: float):
+            if now < opens:
+                adm.pump_at("v", opens - now)  # as the service does when pacing holds it back
+                return None
+            return "sent"
+
+        got = await adm.admit("v", Waiter("t", 1.0, "batch", 10, started, try_dispatch))
+        waited = _time.monotonic() - started
+        await adm.stop()
+        return got, waited
+
+    got, waited = asyncio.run(scenario())
+    # No ticker runs and nothing finishes: only the timer can have dispatched it, and promptly.
+    assert got == "sent" and 0.09 <= waited < 1.0
 
 
 def test_interactive_work_may_take_the_slots_batch_work_holds_where_the_engine_preempts_it():
