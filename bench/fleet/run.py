@@ -283,11 +283,12 @@ def code_version() -> dict:
     """The commit the run measured, and whether the code under test had local changes."""
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, timeout=10).stdout.strip()
+            # not stripped: a status line starts with its two status columns, a space among them
+            return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, timeout=10).stdout
         except (OSError, subprocess.SubprocessError):
             return ""
     paths = ["controlplane/autoscaler", "controlplane/fleet", "bench/fleet", "bench/autoscale", "dataplane/sim"]
-    return {"commit": git("rev-parse", "HEAD"),
+    return {"commit": git("rev-parse", "HEAD").strip(),
             "dirty": [line[3:] for line in git("status", "--porcelain", "--", *[f":/{p}" for p in paths]).splitlines()
                       if not line[3:].startswith("bench/fleet/results")]}
 
