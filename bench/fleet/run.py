@@ -20,6 +20,7 @@ Writes ``bench/fleet/results-<catalog>.json`` (``-seed<N>`` added for seeds othe
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -58,6 +59,11 @@ def _setup(catalog: str, seed: int, hours: float, load_scale: float = 1.0, fleet
     return offers, variants, caps, arrivals, end, phases
 
 
+def row_factor(kind: str) -> float:
+    """The factor a row's name carries ("skyserve-x1.5", "clairvoyant-x1.05"); 1 without one."""
+    return float(kind.split("-x")[1]) if "-x" in kind else 1.0
+
+
 def slo_by_phase(queues) -> dict[str, dict[str, float]]:
     """Requests and the share inside the SLO by the load's phase at arrival, over all pools."""
     out: dict[str, dict[str, float]] = {}
@@ -79,8 +85,7 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
     pools = [sim.PoolRun(v, caps[v.pool_id], arrivals[v.pool_id], PoolQueue(v.slo_s, phase_of=phases[v.pool_id]))
              for v in variants]
     if kind.startswith("skyserve"):
-        factor = float(kind.split("-x")[1]) if "-x" in kind else 1.0
-        contender = sim.SkyServe(pools, offers, -sim.WARMUP_S, end, qps_factor=factor)
+        contender = sim.SkyServe(pools, offers, -sim.WARMUP_S, end, qps_factor=row_factor(kind))
     elif kind == "nimbus-oracle":
         contender = sim.OracleNimbus(pools, offers, -sim.WARMUP_S, end, budget=ConsolidationBudget(**(budget or {})),
                                      empty_node_ttl_s=empty_node_ttl_s)
@@ -153,7 +158,7 @@ def equal_slo_bound(bounds: list[dict], attainment: float) -> dict | None:
     """The bound's cost at ``attainment``: linear between the two demand factors whose
     attainments bracket it; None where it lies outside them (no extrapolation)."""
     points = sorted((b["slo_attainment"], b["cost"], b["demand_factor"]) for b in bounds)
-    for (a0, c0, f0), (a1, c1, f1) in zip(points, points[1:]):
+    for (a0, c0, f0), (a1, c1, f1) in itertools.pairwise(points):
         if a0 <= attainment <= a1 and a1 > a0:
             w = (attainment - a0) / (a1 - a0)
             return {"cost": c0 + w * (c1 - c0), "demand_factor": f0 + w * (f1 - f0)}
@@ -350,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = {k: (pool.submit(run_bound, args.catalog, args.seed, args.hours, args.load_scale, args.fleet,
-                                   float(k.split("-x")[1]) if "-x" in k else 1.0)
+                                   row_factor(k))
                        if k.startswith("clairvoyant") else
                        pool.submit(run_contender, k, args.catalog, args.seed, args.hours, args.load_scale, budget,
                                    args.fleet, autoscaler, ttl))

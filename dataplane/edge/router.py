@@ -185,9 +185,8 @@ class Router:
             # With pacing, nor before the last batch prompt there has had its predicted prefill time:
             # an engine prefills the prompts waiting together, so a wave of them is one long step
             # that an interactive arrival must wait out (4 prompts of 250 tokens: 3.4x one).
-            backlog_s = self.settings.batch_prefill_backlog_ms / 1000
             roomy = [c for c in candidates if not c.load.interactive_prefilling
-                     and not (backlog_s >= 0 and c.load.batch_prefill_until - now > backlog_s)
+                     and self.batch_opens_at(c.load) <= now
                      and c.running < c.capacity - reserved_slots(c.capacity, keep_free, interactive_peak)]
         elif preempts_batch:
             roomy = [c for c in candidates if c.running - c.load.batch_inflight < c.capacity]
@@ -225,14 +224,16 @@ class Router:
         self.index.record(replica.id, replica.max_total_tokens, req.hashes, now)
         return ticket
 
+    def batch_opens_at(self, load: ReplicaLoad) -> float:
+        """From when batch work may start on a replica again: once the batch prompts sent there
+        have at most ``batch_prefill_backlog_ms`` of predicted prefill left (-inf: pacing off)."""
+        backlog_ms = self.settings.batch_prefill_backlog_ms
+        return float("-inf") if backlog_ms < 0 else load.batch_prefill_until - backlog_ms / 1000
+
     def batch_paced_until(self, candidates: list[Candidate], now: float) -> float | None:
-        """When the earliest of ``candidates`` held back only by batch pacing may take batch work
+        """When the earliest of ``candidates`` held back by batch pacing may take batch work
         again (None: pacing holds none of them back): the admission queue is pumped then."""
-        backlog_s = self.settings.batch_prefill_backlog_ms / 1000
-        if backlog_s < 0:
-            return None
-        times = [c.load.batch_prefill_until - backlog_s for c in candidates
-                 if c.load.batch_prefill_until - now > backlog_s]
+        times = [t for t in (self.batch_opens_at(c.load) for c in candidates) if t > now]
         return min(times) if times else None
 
     def first_byte(self, ticket: Ticket, ttft_ms: float, now: float | None = None) -> None:
