@@ -25,7 +25,7 @@ class Admission:
         self.queues: dict[str, FairQueue] = {}
         self._futures: dict[int, asyncio.Future] = {}
         self._ticker: asyncio.Task | None = None
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timers: dict[str, tuple[float, asyncio.TimerHandle]] = {}  # variant -> (due, handle)
 
     def queue(self, variant_id: str) -> FairQueue:
         q = self.queues.get(variant_id)
@@ -95,19 +95,20 @@ class Admission:
 
     def pump_at(self, variant_id: str, delay_s: float) -> None:
         """Pump ``variant_id``'s queue once after ``delay_s``: one timer per variant, moved earlier
-        when a nearer time is asked for."""
+        when a nearer time is asked for. The due time is kept beside the handle: uvloop's timer
+        handles have no ``when()``."""
         loop = asyncio.get_running_loop()
         when = loop.time() + max(0.0, delay_s)
         pending = self._timers.get(variant_id)
         if pending is not None:
-            if pending.when() <= when:
+            if pending[0] <= when:
                 return
-            pending.cancel()
+            pending[1].cancel()
 
         def fire() -> None:
             self._timers.pop(variant_id, None)
             self.pump(variant_id)
-        self._timers[variant_id] = loop.call_at(when, fire)
+        self._timers[variant_id] = (when, loop.call_at(when, fire))
 
     def start_ticker(self, interval_s: float = 0.05) -> None:
         async def tick() -> None:
@@ -119,7 +120,7 @@ class Admission:
         self._ticker = asyncio.create_task(tick())
 
     async def stop(self) -> None:
-        for timer in self._timers.values():
+        for _, timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
         if self._ticker:
