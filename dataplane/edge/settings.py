@@ -64,9 +64,8 @@ class EdgeSettings:
     # at the TTFT model's per-token cost, one after another). Unpaced, batch answers that finish
     # together come back as a wave of prompts that the engine prefills as one long step, and an
     # interactive request that arrives then waits for all of it (see Router.choose). 0 (the
-    # default) sends one prompt per predicted prefill; a negative value turns pacing off. On
-    # bench/batch (48-token answers) pacing took the interactive TTFT p99 ratio from 1.26x to
-    # 1.06x and the batch's share of the spare capacity from 0.68 to 0.46; 30 ms gave 1.24x / 0.58.
+    # default) sends one prompt per predicted prefill; a negative value turns pacing off. Measured
+    # on bench/batch (bench/batch/README.md): no clear effect yet, within that bench's noise.
     batch_prefill_backlog_ms: float = 0.0
     activation_repeat_s: float = 10.0
     # Upstream
