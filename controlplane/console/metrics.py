@@ -119,7 +119,7 @@ def breakdown(model: str, tier: str, total: UsageNumbers, cold_start_s: float | 
 
 
 CSV_COLUMNS = ("bucket_start", "model", "tier", "requests", "errors", "prompt_tokens", "completion_tokens",
-               "cached_tokens", "avg_queue_ms", "avg_ttft_ms", "avg_duration_ms", "cache_hit_rate")
+               "cached_tokens", "cached_responses", "avg_queue_ms", "avg_ttft_ms", "avg_duration_ms", "cache_hit_rate")
 
 
 def usage_rows(report: UsageReport) -> list[dict[str, object]]:
@@ -130,7 +130,7 @@ def usage_rows(report: UsageReport) -> list[dict[str, object]]:
             rows.append({
                 "bucket_start": b.start.isoformat(), "model": s.model, "tier": s.tier, "requests": u.requests,
                 "errors": u.errors, "prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
-                "cached_tokens": u.cached_tokens, "avg_queue_ms": _round(u.avg_queue_ms),
+                "cached_tokens": u.cached_tokens, "cached_responses": u.cached_responses, "avg_queue_ms": _round(u.avg_queue_ms),
                 "avg_ttft_ms": _round(u.avg_ttft_ms), "avg_duration_ms": _round(u.avg_duration_ms),
                 "cache_hit_rate": _round(u.cache_hit_rate, 4),
             })

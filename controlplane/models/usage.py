@@ -27,6 +27,8 @@ class UsageMinute(Base):
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Requests answered from the edge's response cache (no GPU tokens; counted in ``requests`` too).
+    cached_responses: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     queue_ms_sum: Mapped[int] = mapped_column(BigInteger, default=0)
     ttft_ms_sum: Mapped[int] = mapped_column(BigInteger, default=0)
     duration_ms_sum: Mapped[int] = mapped_column(BigInteger, default=0)

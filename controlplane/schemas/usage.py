@@ -15,6 +15,7 @@ class UsageNumbers(msgspec.Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    cached_responses: int = 0  # requests answered from the response cache (no GPU tokens)
     avg_queue_ms: float | None = None
     avg_ttft_ms: float | None = None
     avg_duration_ms: float | None = None

@@ -16,7 +16,7 @@ from controlplane.schemas.usage import UsageBucket, UsageNumbers, UsageReport, U
 from controlplane.services.errors import FieldError, Invalid
 
 _SUM_COLUMNS = (
-    "requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens",
+    "requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cached_responses",
     "queue_ms_sum", "ttft_ms_sum", "duration_ms_sum",
 )
 MAX_REPORT_BUCKETS = 20_000
@@ -46,6 +46,7 @@ def aggregate(events: Iterable[Mapping[str, str]]) -> dict[tuple[uuid.UUID, uuid
         b["prompt_tokens"] += _int(e, "prompt_tokens")
         b["completion_tokens"] += _int(e, "completion_tokens")
         b["cached_tokens"] += _int(e, "cached_tokens")
+        b["cached_responses"] += 1 if e.get("cache") == "hit" else 0
         b["queue_ms_sum"] += _int(e, "queue_ms")
         b["ttft_ms_sum"] += _int(e, "ttft_ms")
         b["duration_ms_sum"] += _int(e, "duration_ms")
@@ -101,6 +102,7 @@ def _numbers(s: Mapping[str, int]) -> UsageNumbers:
         prompt_tokens=prompt,
         completion_tokens=s["completion_tokens"] or 0,
         cached_tokens=s["cached_tokens"] or 0,
+        cached_responses=s["cached_responses"] or 0,
         avg_queue_ms=(s["queue_ms_sum"] or 0) / n if n else None,
         avg_ttft_ms=(s["ttft_ms_sum"] or 0) / n if n else None,
         avg_duration_ms=(s["duration_ms_sum"] or 0) / n if n else None,

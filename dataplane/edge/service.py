@@ -33,7 +33,7 @@ from dataplane.edge.limits import Lease, Limiter, RedisStore, to_error
 from dataplane.edge.metrics import EdgeMetrics
 from dataplane.edge.policies import RouteRequest, TtftModel, make_policy
 from dataplane.edge.prefix import PrefixIndex, block_hashes
-from dataplane.edge.response_cache import ResponseCache, cache_key
+from dataplane.edge.response_cache import BYPASS, HIT, MISS, ResponseCache, SharedResponseCache, cache_key
 from dataplane.edge.router import Router, Ticket
 from dataplane.edge.settings import EdgeSettings
 from dataplane.edge.signals import (
@@ -129,6 +129,7 @@ class RequestState:
     metered: bool = False  # its usage event is in the spool (written before the response's last bytes)
     echo: tuple[bytes, bytes] | None = None  # served -> requested model name in the answer (echo.py)
     batch_line: bool = False  # sent by the batch runner, under the line's own request id
+    cache: str | None = None  # "hit" when answered from the response cache (metered as a cached response)
 
 
 def _headers(pairs: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -222,7 +223,9 @@ class EdgeService:
         self.share_guards: dict[str, ShareGuard] = {}  # per variant
         # per variant: the most interactive requests one replica held lately (what batch work leaves free)
         self.interactive_peaks: dict[str, RollingPeak] = {}
-        self.response_cache = ResponseCache(settings.response_cache_entries, settings.response_cache_ttl_s)
+        # In memory until ``start`` finds Redis: then shared by the region's edges.
+        self.response_cache: ResponseCache | SharedResponseCache = ResponseCache(
+            settings.response_cache_entries, settings.response_cache_ttl_s, settings.response_cache_max_entry_bytes)
         self.source = source_factory(self)
         self.redis = None
         self.limiter = Limiter(None, settings.limits_fail_mode, settings.local_limit_share, settings.redis_retry_s)
@@ -259,6 +262,10 @@ class EdgeService:
             self.redis = aioredis.from_url(s.redis_url, socket_connect_timeout=0.25, socket_timeout=0.5,
                                            retry_on_timeout=False, health_check_interval=0)
             self.limiter.redis = RedisStore(self.redis, s.redis_key_prefix)
+            self.response_cache = SharedResponseCache(
+                self.redis, s.redis_key_prefix, s.region, max_entries=s.response_cache_entries,
+                ttl_s=s.response_cache_ttl_s, max_entry_bytes=s.response_cache_max_entry_bytes,
+                retry_s=s.redis_retry_s)
         self.usage = UsageRecorder(self.redis, s.usage_stream, s.state_dir / "usage-spool.jsonl",
                                    retry_s=s.redis_retry_s, fsync_s=s.usage_fsync_s)
         await self.usage.start()
@@ -392,13 +399,13 @@ class EdgeService:
         check_context(req, variant.context_length)
 
         # The exact cache: what every answer says about it (x-nimbus-cache), and a hit served as the
-        # client asked for it, streamed (replayed) or not. Only non-streamed misses fill it.
-        ckey, hit, cache_state = None, None, "bypass"
+        # client asked for it, streamed (replayed) or not. Only non-streamed misses fill it; with
+        # the shared store unreachable the answer is "bypass" and the request goes to the engines.
+        ckey, hit, cache_state = None, None, BYPASS
         if tenant.response_cache and req.deterministic:
             ckey = cache_key(tenant.id, variant.id, kind, body)
-            hit = self.response_cache.get(ckey, time.monotonic())
-            cache_state = "hit" if hit is not None else "miss"
-            if req.stream:
+            cache_state, hit = await self.response_cache.lookup(ckey)
+            if req.stream or cache_state != MISS:
                 ckey = None
 
         # A hit costs no GPU tokens but is a request: it counts against RPM (and concurrency).
@@ -413,7 +420,7 @@ class EdgeService:
 
         if hit is not None:
             self.metrics.child(self.metrics.cache_hits, req.model).inc()
-            st.status, st.http_status = "ok", 200
+            st.status, st.http_status, st.cache = "ok", 200, HIT
             st.response_started = True
             self._meter(st)
             extra = {**st.rate_headers, "x-request-id": st.request_id}
@@ -667,7 +674,7 @@ class EdgeService:
             self._release(st, ticket, True, _reported(st.usage))
             st.status, st.http_status, st.response_started = "ok", 200, True
             if ckey is not None:
-                self.response_cache.put(ckey, data, time.monotonic())
+                self._spawn(self.response_cache.store(ckey, data))  # off the answer's path
             self._meter(st)
             await send_json(send, 200, data, {**st.rate_headers, "x-request-id": st.request_id})
             return DONE_OK
@@ -834,7 +841,7 @@ class EdgeService:
             region=st.replica.region if st.replica else None, replica_id=st.replica.id if st.replica else None,
             prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
             queue_ms=st.queue_ms, ttft_ms=st.ttft_ms, duration_ms=(time.monotonic() - st.t0) * 1000,
-            status=st.status, http_status=st.http_status, ts=st.ts,
+            status=st.status, http_status=st.http_status, ts=st.ts, cache=st.cache,
         ))
 
     def _finish(self, st: RequestState) -> None:

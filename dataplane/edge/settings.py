@@ -130,6 +130,7 @@ class EdgeSettings:
     # Response cache
     response_cache_entries: int = 10_000
     response_cache_ttl_s: float = 600.0
+    response_cache_max_entry_bytes: int = 1 << 20  # a larger answer is not cached
     # Signals for the autoscaler (signals.py), published to Redis every interval over the window
     edge_id: str = ""  # empty: hostname-pid-random
     signals_interval_s: float = 5.0

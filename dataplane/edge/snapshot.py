@@ -62,7 +62,8 @@ error, all fields strings: ``request_id`` (unique per request, the edge's id; co
 it), ``tenant_id``, ``key_id``, ``variant_id``, ``model``, ``region``, ``replica_id``,
 ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, ``queue_ms``, ``ttft_ms``,
 ``duration_ms``, ``status`` (``ok|error|client_abort|rejected``), ``http_status``, ``ts`` (unix
-seconds, float, request start). Unknown values are empty strings. Every event is first appended
+seconds, float, request start), ``cache`` (``hit`` for an answer from the response cache, which
+used no GPU tokens; empty otherwise). Unknown values are empty strings. Every event is first appended
 to ``{state_dir}/usage-spool.jsonl`` (one ``write()`` before the response's last bytes are sent;
 fsynced every ``usage_fsync_s``), then ``XADD``ed; the spool is truncated (or its rotated files
 deleted) only after their ``XADD``s succeeded, replayed in order while Redis is down and at every

@@ -47,6 +47,7 @@ log = logging.getLogger("nimbus.edge.usage")
 FIELDS = (
     "request_id", "tenant_id", "key_id", "variant_id", "model", "region", "replica_id", "prompt_tokens",
     "completion_tokens", "cached_tokens", "queue_ms", "ttft_ms", "duration_ms", "status", "http_status", "ts",
+    "cache",
 )
 STATUSES = ("ok", "error", "client_abort", "rejected")
 READ_CHUNK = 256 * 1024  # bytes of spool read per replay step

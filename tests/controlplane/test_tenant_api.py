@@ -56,14 +56,19 @@ async def test_usage_is_scoped(client, settings, two_tenants, admin) -> None:
          "ttft_ms": "40", "queue_ms": "2", "duration_ms": "300"}
         for i in range(3)
     ]
+    # An answer from the edge's response cache: a request, no GPU tokens, counted as a cached response.
+    events.append({"request_id": "hit", "tenant_id": two_tenants["a"]["id"], "variant_id": vid,
+                   "ts": str(now.timestamp()), "prompt_tokens": "0", "completion_tokens": "0", "status": "ok",
+                   "cache": "hit"})
     with session_scope(settings) as s:
-        assert usage.ingest(s, events) == 3
+        assert usage.ingest(s, events) == 4
     with session_scope(settings) as s:  # redelivery counts nothing twice
         assert usage.ingest(s, events) == 0
     start = (now - dt.timedelta(hours=1)).isoformat()
     a = (await client.get("/v1/tenant/usage", params={"start": start, "granularity": "total"},
                           headers=bearer(two_tenants["a_secret"]))).json()
-    assert a["total"]["requests"] == 3 and a["total"]["prompt_tokens"] == 300
+    assert a["total"]["requests"] == 4 and a["total"]["prompt_tokens"] == 300
+    assert a["total"]["cached_responses"] == 1
     assert a["total"]["cache_hit_rate"] == pytest.approx(0.5)
     assert a["series"][0]["model"] == m["name"] and a["series"][0]["tier"] == "bf16"
     b = (await client.get("/v1/tenant/usage", params={"start": start},
