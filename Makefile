@@ -10,7 +10,7 @@ STAMP   := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,semantic]'
 	touch $(STAMP)
 
 # checkov pins its own dependency set, so it lives in a separate virtualenv.

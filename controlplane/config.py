@@ -29,6 +29,14 @@ class Settings(BaseSettings):
     )
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="Limits and the usage stream.")
     usage_stream: str = Field(default="nimbus:usage", description="Redis stream the edges write usage to.")
+    edge_redis_key_prefix: str = Field(
+        default="nimbus:", description="The edges' Redis key prefix (their response caches live under it)."
+    )
+    # The semantic cache's similarity threshold: tenants choose within these bounds (bench/cache
+    # measured the default: under 1% false hits on near misses with the edge's guard).
+    semantic_cache_threshold_min: float = Field(default=0.80, ge=0.0, le=1.0)
+    semantic_cache_threshold_max: float = Field(default=0.99, ge=0.0, le=1.0)
+    semantic_cache_threshold_default: float = Field(default=0.875, ge=0.0, le=1.0)
     admin_token: SecretStr = Field(
         default=SecretStr(""), description="Bearer token of the admin API. Empty disables the admin API."
     )

@@ -52,7 +52,7 @@ class EdgeController(Controller):
     async def snapshot(self, request: Request, state: State, db: AsyncSession, edge: str) -> Response:
         cached = getattr(state, "edge_snapshot", None)
         if cached is None or time.monotonic() - cached[0] > _SNAPSHOT_MAX_AGE_S:
-            snap = await db.run_sync(edge_snapshot.build)
+            snap = await db.run_sync(edge_snapshot.build, state.settings.semantic_cache_threshold_default)
             cached = (time.monotonic(), snap["etag"], msgspec.json.encode(snap))
             state.edge_snapshot = cached
         _, etag, body = cached

@@ -6,11 +6,13 @@ tenant B asking for tenant A's key id gets 404, exactly as for an id that does n
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
 from typing import Annotated
 
 from litestar import Controller, Request
+from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.params import Parameter
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,9 +22,17 @@ from controlplane.api.deps import provide_tenant, tenant_guard
 from controlplane.api.routing import delete, get, patch, post
 from controlplane.db.types import utcnow
 from controlplane.schemas.common import Page
-from controlplane.schemas.tenancy import KeyCreate, KeyCreated, KeyOut, KeyUpdate, TenantOut
+from controlplane.schemas.tenancy import (
+    CacheSettings,
+    CacheSettingsOut,
+    KeyCreate,
+    KeyCreated,
+    KeyOut,
+    KeyUpdate,
+    TenantOut,
+)
 from controlplane.schemas.usage import Granularity, TenantModelOut, UsageReport
-from controlplane.services import catalog_views, keys, tenants, usage
+from controlplane.services import caching, catalog_views, keys, tenants, usage
 from controlplane.services.principal import Principal
 
 
@@ -65,6 +75,23 @@ class TenantSelfController(Controller):
         key = await keys.revoke(db, principal, principal.tenant_id, key_id)
         request.app.state.key_verifier.forget_all()
         return keys.key_out(key)
+
+    @get("/cache")
+    async def cache_settings(self, db: AsyncSession, state: State, principal: Principal) -> CacheSettingsOut:
+        return caching.settings_out(await tenants.get(db, principal.tenant_id), state.settings)
+
+    @patch("/cache")
+    async def change_cache_settings(self, db: AsyncSession, state: State, principal: Principal,
+                                    data: CacheSettings) -> CacheSettingsOut:
+        tenant = await caching.change(db, principal, state.settings, principal.tenant_id, data)
+        return caching.settings_out(tenant, state.settings)
+
+    @delete("/cache", status_code=200)
+    async def purge_cache(self, state: State, principal: Principal) -> dict[str, int]:
+        """Clear my cache: every cached answer of this tenant, exact and semantic, in every region."""
+        deleted = await asyncio.to_thread(caching.purge, state.settings.redis_url,
+                                          state.settings.edge_redis_key_prefix, principal.tenant_id)
+        return {"purged": deleted}
 
     @get("/models")
     async def models(self, db: AsyncSession, principal: Principal) -> list[TenantModelOut]:

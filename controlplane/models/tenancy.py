@@ -25,6 +25,10 @@ class Tenant(UUIDPrimaryKey, Timestamps, Base):
     # Fair-share weight used by the edge's virtual token counter.
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     response_cache: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The edge's semantic cache: the models it is on for, and the tenant's similarity threshold
+    # (None: the operator's default; always within the operator's bounds).
+    semantic_cache_models: Mapped[list[str]] = mapped_column(JSONType, default=list, server_default="[]")
+    semantic_cache_threshold: Mapped[float | None] = mapped_column(Float, nullable=True)
     suspended_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     deleted_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime, index=True)
 

@@ -43,6 +43,21 @@ class TenantUpdate(msgspec.Struct, forbid_unknown_fields=True):
     response_cache: bool | None = None
 
 
+class CacheSettings(msgspec.Struct, forbid_unknown_fields=True):
+    """The tenant's response caches. Omitted fields stay as they are."""
+
+    response_cache: bool | None = None  # the exact cache, every model
+    semantic_cache_models: Annotated[list[ModelRef], msgspec.Meta(max_length=200)] | None = None  # [] turns it off
+    semantic_cache_threshold: float | None = None  # cosine similarity; within the operator's bounds
+
+
+class CacheSettingsOut(msgspec.Struct):
+    response_cache: bool
+    semantic_cache_models: list[str]
+    semantic_cache_threshold: float  # the one in force (the tenant's, else the operator's default)
+    threshold_bounds: tuple[float, float]  # what the operator allows
+
+
 class TenantOut(msgspec.Struct):
     id: uuid.UUID
     name: str
@@ -55,6 +70,8 @@ class TenantOut(msgspec.Struct):
     created_at: dt.datetime
     updated_at: dt.datetime
     suspended_at: dt.datetime | None
+    semantic_cache_models: list[str] = msgspec.field(default_factory=list)
+    semantic_cache_threshold: float | None = None
 
 
 # "name" (every tier of the model) or "name:tier"; the names the inference API accepts.

@@ -45,7 +45,7 @@ def _flag_on(engine_args: dict, name: str) -> bool:
     return bool(engine_args.get(name) or engine_args.get(name.replace("_", "-")))
 
 
-def build(session: Session) -> dict:
+def build(session: Session, semantic_threshold_default: float = 1.0) -> dict:
     now = utcnow()
     used = usage.month_to_date_tokens(session, now)
     tenants = session.scalars(
@@ -83,6 +83,11 @@ def build(session: Session) -> dict:
                     "monthly_tokens_used": used.get(t.id, 0),
                 },
                 "response_cache": t.response_cache,
+                "semantic_cache": {
+                    "models": list(t.semantic_cache_models),
+                    "threshold": t.semantic_cache_threshold if t.semantic_cache_threshold is not None
+                    else semantic_threshold_default,
+                } if t.semantic_cache_models else None,
             }
             for t in tenants
         ],

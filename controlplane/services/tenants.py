@@ -40,6 +40,8 @@ def tenant_out(t: Tenant) -> TenantOut:
         created_at=t.created_at,
         updated_at=t.updated_at,
         suspended_at=t.suspended_at,
+        semantic_cache_models=list(t.semantic_cache_models or []),
+        semantic_cache_threshold=t.semantic_cache_threshold,
     )
 
 

@@ -46,7 +46,7 @@ def aggregate(events: Iterable[Mapping[str, str]]) -> dict[tuple[uuid.UUID, uuid
         b["prompt_tokens"] += _int(e, "prompt_tokens")
         b["completion_tokens"] += _int(e, "completion_tokens")
         b["cached_tokens"] += _int(e, "cached_tokens")
-        b["cached_responses"] += 1 if e.get("cache") == "hit" else 0
+        b["cached_responses"] += 1 if e.get("cache") in ("hit", "semantic") else 0
         b["queue_ms_sum"] += _int(e, "queue_ms")
         b["ttft_ms_sum"] += _int(e, "ttft_ms")
         b["duration_ms_sum"] += _int(e, "duration_ms")

@@ -42,6 +42,13 @@ class Tenant:
     weight: float
     limits: Limits
     response_cache: bool
+    # The semantic cache, opted into per model (model names as clients send them), with the
+    # tenant's similarity threshold (the control plane keeps it within the operator's bounds).
+    semantic_models: frozenset[str] = frozenset()
+    semantic_threshold: float = 1.0
+
+    def semantic_for(self, model: str) -> bool:
+        return model in self.semantic_models
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +163,8 @@ class Catalog:
                     monthly_tokens_used=int(lim.get("monthly_tokens_used") or 0),
                 ),
                 response_cache=bool(t.get("response_cache", False)),
+                semantic_models=frozenset((t.get("semantic_cache") or {}).get("models") or ()),
+                semantic_threshold=float((t.get("semantic_cache") or {}).get("threshold") or 1.0),
             )
         for k in snap.get("keys", []):
             cat.keys_by_hash[k["sha256"].lower()] = cat.keys_by_id[k["id"]] = ApiKey(

@@ -102,8 +102,12 @@ class EdgeMetrics:
                                   registry=r)
         self.activations = Counter("nimbus_edge_activations", "Scale-from-zero activations requested",
                                    ["model"], registry=r)
-        self.cache_hits = Counter("nimbus_edge_response_cache_hits", "Exact-match response cache hits",
+        self.cache_hits = Counter("nimbus_edge_response_cache_hits", "Response cache hits, exact and semantic",
                                   ["model"], registry=r)
+        self.semantic_scores = Histogram("nimbus_edge_semantic_cache_similarity",
+                                         "Cosine similarity of semantic cache hits (its count: the semantic hits)",
+                                         ["model"], buckets=(0.8, 0.85, 0.9, 0.92, 0.94, 0.96, 0.98, 0.99, 1.0),
+                                         registry=r)
         self.unauthenticated = Counter("nimbus_edge_unauthenticated", "Requests without valid credentials by answer "
                                        "(401; 429 once the client address is past its rate)", ["code"], registry=r)
         self.poison = Counter("nimbus_edge_request_faults", "Engine failures judged the request's own (a 4xx, or the "

@@ -7,7 +7,7 @@ tier or any sampling parameter is a different entry.
 Two stores behind one interface (``lookup`` / ``store``):
 
 * ``SharedResponseCache``: entries in Redis, shared by every edge of a region, so a restart or a
-  second edge does not start cold. Each entry expires ``ttl_s`` after it was stored (a hit does
+  second edge does not start cold. Keys are per tenant, so a tenant's entries can be purged. Each entry expires ``ttl_s`` after it was stored (a hit does
   not extend it: the TTL bounds how stale an answer may be), and the region's index (a sorted set
   of keys by last use) bounds the count: past ``max_entries`` the least recently used go. An
   answer larger than ``max_entry_bytes`` is not stored. With Redis unreachable every lookup is a
@@ -46,7 +46,8 @@ class ResponseCache:
         self.max_entry_bytes = max_entry_bytes
         self._entries: OrderedDict[str, tuple[float, bytes]] = OrderedDict()
 
-    async def lookup(self, key: str) -> tuple[str, bytes | None]:
+    async def lookup(self, key: str, tenant_id: str) -> tuple[str, bytes | None]:
+        key = f"{tenant_id}:{key}"
         hit = self._entries.get(key)
         if hit is None:
             return MISS, None
@@ -57,13 +58,19 @@ class ResponseCache:
         self._entries.move_to_end(key)
         return HIT, body
 
-    async def store(self, key: str, body: bytes) -> None:
+    async def store(self, key: str, body: bytes, tenant_id: str) -> bool:
         if len(body) > self.max_entry_bytes:
-            return
+            return False
+        key = f"{tenant_id}:{key}"
         self._entries[key] = (time.monotonic(), body)
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
+        return True
+
+    @property
+    def usable(self) -> bool:
+        return True
 
 
 class SharedResponseCache:
@@ -80,8 +87,12 @@ class SharedResponseCache:
         self._index = self._root + "lru"
         self._down_until = 0.0
 
-    def entry_key(self, key: str) -> str:
-        return self._root + key
+    def entry_key(self, member: str) -> str:
+        """``member`` is ``tenant:key``, as the index holds it."""
+        return self._root + member
+
+    def tenant_pattern(self, tenant_id: str) -> str:
+        return f"{self._root}{tenant_id}:*"
 
     @property
     def usable(self) -> bool:
@@ -92,27 +103,30 @@ class SharedResponseCache:
         log.warning("response cache %s failed, bypassing it for %.1fs: %r", what, self.retry_s, exc)
         self._down_until = time.monotonic() + self.retry_s
 
-    async def lookup(self, key: str) -> tuple[str, bytes | None]:
+    async def lookup(self, key: str, tenant_id: str) -> tuple[str, bytes | None]:
         if not self.usable:
             return BYPASS, None
+        member = f"{tenant_id}:{key}"
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.get(self.entry_key(key))
-                pipe.zadd(self._index, {key: time.time()}, xx=True)  # last use, for the count bound
+                pipe.get(self.entry_key(member))
+                pipe.zadd(self._index, {member: time.time()}, xx=True)  # last use, for the count bound
                 body, _ = await pipe.execute()
-        except Exception as exc:
+        except Exception as exc:  # any Redis failure means "no cache", never an error
             self._failed("lookup", exc)
             return BYPASS, None
         return (HIT, bytes(body)) if body is not None else (MISS, None)
 
-    async def store(self, key: str, body: bytes) -> None:
+    async def store(self, key: str, body: bytes, tenant_id: str) -> bool:
+        """True once stored; False when too large or Redis failed."""
         if len(body) > self.max_entry_bytes or not self.usable:
-            return
+            return False
+        member = f"{tenant_id}:{key}"
         now = time.time()
         try:
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.set(self.entry_key(key), body, px=self.ttl_ms)
-                pipe.zadd(self._index, {key: now})
+                pipe.set(self.entry_key(member), body, px=self.ttl_ms)
+                pipe.zadd(self._index, {member: now})
                 # Index entries not used for a whole TTL can only name expired entries.
                 pipe.zremrangebyscore(self._index, "-inf", now - self.ttl_ms / 1000)
                 pipe.zcard(self._index)
@@ -123,5 +137,7 @@ class SharedResponseCache:
                     if evicted:
                         await self.redis.delete(*(self.entry_key(k.decode() if isinstance(k, bytes) else k)
                                                   for k, _ in evicted))
-        except Exception as exc:
+        except Exception as exc:  # any Redis failure means "not stored", never an error
             self._failed("store", exc)
+            return False
+        return True

@@ -27,6 +27,7 @@ from dataplane.edge.auth import authenticate, batch_caller
 from dataplane.edge.breaker import OPEN, RetryBudget
 from dataplane.edge.catalog import BATCH, INTERACTIVE, ApiKey, Catalog, Replica, Tenant, Variant
 from dataplane.edge.echo import echo, model_rewrite
+from dataplane.edge.embedder import Embedder
 from dataplane.edge.fairness import RollingPeak, ShareGuard, Waiter
 from dataplane.edge.health import HealthMonitor
 from dataplane.edge.limits import Lease, Limiter, RedisStore, to_error
@@ -35,6 +36,7 @@ from dataplane.edge.policies import RouteRequest, TtftModel, make_policy
 from dataplane.edge.prefix import PrefixIndex, block_hashes
 from dataplane.edge.response_cache import BYPASS, HIT, MISS, ResponseCache, SharedResponseCache, cache_key
 from dataplane.edge.router import Router, Ticket
+from dataplane.edge.semantic_cache import SEMANTIC, SemanticCache, semantic_scope
 from dataplane.edge.settings import EdgeSettings
 from dataplane.edge.signals import (
     SignalPublisher,
@@ -129,7 +131,7 @@ class RequestState:
     metered: bool = False  # its usage event is in the spool (written before the response's last bytes)
     echo: tuple[bytes, bytes] | None = None  # served -> requested model name in the answer (echo.py)
     batch_line: bool = False  # sent by the batch runner, under the line's own request id
-    cache: str | None = None  # "hit" when answered from the response cache (metered as a cached response)
+    cache: str | None = None  # "hit" / "semantic" when answered from a cache (metered as a cached response)
 
 
 def _headers(pairs: dict[str, str]) -> list[tuple[bytes, bytes]]:
@@ -226,6 +228,7 @@ class EdgeService:
         # In memory until ``start`` finds Redis: then shared by the region's edges.
         self.response_cache: ResponseCache | SharedResponseCache = ResponseCache(
             settings.response_cache_entries, settings.response_cache_ttl_s, settings.response_cache_max_entry_bytes)
+        self.semantic: SemanticCache | None = None  # with Redis and the embedding model (``start``)
         self.source = source_factory(self)
         self.redis = None
         self.limiter = Limiter(None, settings.limits_fail_mode, settings.local_limit_share, settings.redis_retry_s)
@@ -266,6 +269,11 @@ class EdgeService:
                 self.redis, s.redis_key_prefix, s.region, max_entries=s.response_cache_entries,
                 ttl_s=s.response_cache_ttl_s, max_entry_bytes=s.response_cache_max_entry_bytes,
                 retry_s=s.redis_retry_s)
+            if s.semantic_cache_model:
+                self.semantic = SemanticCache(
+                    self.redis, self.response_cache, Embedder(s.semantic_cache_model), s.redis_key_prefix, s.region,
+                    max_entries=s.semantic_cache_entries, ttl_s=s.semantic_cache_ttl_s, retry_s=s.redis_retry_s)
+                await self.semantic.start()
         self.usage = UsageRecorder(self.redis, s.usage_stream, s.state_dir / "usage-spool.jsonl",
                                    retry_s=s.redis_retry_s, fsync_s=s.usage_fsync_s)
         await self.usage.start()
@@ -293,6 +301,8 @@ class EdgeService:
             await self.usage.stop()
         if self.signal_publisher:
             await self.signal_publisher.stop()
+        if self.semantic:
+            await self.semantic.stop()
         self.upstream.close()
         if self.redis is not None:
             with contextlib.suppress(Exception):
@@ -404,9 +414,23 @@ class EdgeService:
         ckey, hit, cache_state = None, None, BYPASS
         if tenant.response_cache and req.deterministic:
             ckey = cache_key(tenant.id, variant.id, kind, body)
-            cache_state, hit = await self.response_cache.lookup(ckey)
+            cache_state, hit = await self.response_cache.lookup(ckey, tenant.id)
             if req.stream or cache_state != MISS:
                 ckey = None
+        # Then the semantic cache, for tenants that opted in for this model: the same question in
+        # other words, in the same scope (system prompt, history, sampling parameters).
+        semantic_fill = None
+        if hit is None and self.semantic is not None and req.deterministic and tenant.semantic_for(req.model):
+            scoped = semantic_scope(tenant.id, variant.id, kind, body)
+            if scoped is not None:
+                found = await self.semantic.lookup(tenant.id, *scoped, tenant.semantic_threshold)
+                if found.state == HIT:
+                    hit, cache_state = found.body, SEMANTIC
+                    self.metrics.child(self.metrics.semantic_scores, req.model).observe(found.score)
+                elif found.state == MISS:
+                    cache_state = MISS
+                    if not req.stream:
+                        semantic_fill = (*scoped, found.vector)
 
         # A hit costs no GPU tokens but is a request: it counts against RPM (and concurrency).
         decision = await self.limiter.admit(tenant, st.request_id, 0 if hit is not None else req.reserved_tokens)
@@ -420,7 +444,7 @@ class EdgeService:
 
         if hit is not None:
             self.metrics.child(self.metrics.cache_hits, req.model).inc()
-            st.status, st.http_status, st.cache = "ok", 200, HIT
+            st.status, st.http_status, st.cache = "ok", 200, cache_state
             st.response_started = True
             self._meter(st)
             extra = {**st.rate_headers, "x-request-id": st.request_id}
@@ -431,6 +455,8 @@ class EdgeService:
             else:
                 await send_json(send, 200, hit, extra)
             return
+
+        fill = self._cache_filler(tenant.id, ckey, semantic_fill)
 
         if not catalog.candidates(tenant.id, variant.id):
             self.signals.holding(variant.served_model_name, 1)  # backlog for the autoscaler
@@ -448,7 +474,7 @@ class EdgeService:
         first: Failure | None = None
         for _attempt in (0, 1):
             ticket = await self._acquire(st, route_req, excluded)
-            outcome = await self._forward(st, ticket, path, payload, send, ckey)
+            outcome = await self._forward(st, ticket, path, payload, send, fill)
             if not isinstance(outcome, Failure):
                 if first is not None:  # another replica served it: the first one's failure was its own
                     self._charge(first)
@@ -621,8 +647,21 @@ class EdgeService:
         self.metrics.child(self.metrics.inflight, rid).set(self.router.load(rid).inflight)
         self.admission.pump(ticket.replica.variant_id)
 
+    def _cache_filler(self, tenant_id: str, ckey: str | None,
+                      semantic_fill: tuple | None) -> Callable[[bytes], None] | None:
+        """What stores a miss's answer (off the answer's path), or None when no cache wants it."""
+        if ckey is None and semantic_fill is None:
+            return None
+
+        def fill(data: bytes) -> None:
+            if ckey is not None:
+                self._spawn(self.response_cache.store(ckey, data, tenant_id))
+            if semantic_fill is not None and self.semantic is not None:
+                self._spawn(self.semantic.store(tenant_id, *semantic_fill, data))
+        return fill
+
     async def _forward(self, st: RequestState, ticket: Ticket, path: str, payload: bytes, send: Send,
-                       ckey: str | None) -> str | Failure:
+                       fill: Callable[[bytes], None] | None) -> str | Failure:
         assert st.req is not None
         req = st.req
         rid = ticket.replica.id
@@ -673,8 +712,8 @@ class EdgeService:
                 st.usage = None
             self._release(st, ticket, True, _reported(st.usage))
             st.status, st.http_status, st.response_started = "ok", 200, True
-            if ckey is not None:
-                self._spawn(self.response_cache.store(ckey, data))  # off the answer's path
+            if fill is not None:
+                fill(data)
             self._meter(st)
             await send_json(send, 200, data, {**st.rate_headers, "x-request-id": st.request_id})
             return DONE_OK

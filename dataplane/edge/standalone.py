@@ -106,6 +106,7 @@ def config_to_snapshot(cfg: dict[str, Any]) -> dict[str, Any]:
             "id": tid, "name": t["name"], "status": t.get("status", "active"),
             "weight": float(t.get("weight", 1.0)), "limits": dict(t.get("limits") or {}),
             "response_cache": bool(t.get("response_cache", False)),
+            "semantic_cache": t.get("semantic_cache"),  # {"models": [...], "threshold": 0.875} or absent
         })
         for i, k in enumerate(t.get("keys", [])):
             if "dev_key" in k:

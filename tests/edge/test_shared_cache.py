@@ -114,14 +114,14 @@ def test_the_store_is_bounded_by_count_keeping_the_recently_used():
         client, prefix, cache = await _with_cache(max_entries=3, ttl_s=60)
         try:
             for k in "abc":
-                await cache.store(k, k.encode())
+                await cache.store(k, k.encode(), "t")
                 await asyncio.sleep(0.002)
-            assert (await cache.lookup("a")) == (HIT, b"a")  # a is now the most recently used
+            assert (await cache.lookup("a", "t")) == (HIT, b"a")  # a is now the most recently used
             await asyncio.sleep(0.002)
-            await cache.store("d", b"d")
+            await cache.store("d", b"d", "t")
             await asyncio.sleep(0.002)
-            await cache.store("e", b"e")
-            states = {k: (await cache.lookup(k))[0] for k in "abcde"}
+            await cache.store("e", b"e", "t")
+            states = {k: (await cache.lookup(k, "t"))[0] for k in "abcde"}
             assert states == {"a": HIT, "b": MISS, "c": MISS, "d": HIT, "e": HIT}
             assert await client.zcard(prefix + "rcache:r1:lru") == 3
         finally:
@@ -133,12 +133,12 @@ def test_entries_expire_and_large_answers_are_not_stored():
     async def go():
         client, prefix, cache = await _with_cache(ttl_s=0.2, max_entry_bytes=64)
         try:
-            await cache.store("small", b"x" * 64)
-            await cache.store("large", b"x" * 65)
-            assert (await cache.lookup("small"))[0] == HIT
-            assert (await cache.lookup("large"))[0] == MISS
+            assert await cache.store("small", b"x" * 64, "t")
+            assert not await cache.store("large", b"x" * 65, "t")
+            assert (await cache.lookup("small", "t"))[0] == HIT
+            assert (await cache.lookup("large", "t"))[0] == MISS
             await asyncio.sleep(0.3)
-            assert (await cache.lookup("small"))[0] == MISS  # a hit does not extend the TTL
+            assert (await cache.lookup("small", "t"))[0] == MISS  # a hit does not extend the TTL
         finally:
             await _cleanup(client, prefix)
     run(go())
@@ -149,9 +149,9 @@ def test_regions_do_not_share_entries():
         client, prefix, here = await _with_cache()
         there = SharedResponseCache(client, prefix, "r2")
         try:
-            await here.store("k", b"answer")
-            assert (await here.lookup("k")) == (HIT, b"answer")
-            assert (await there.lookup("k"))[0] == MISS
+            await here.store("k", b"answer", "t")
+            assert (await here.lookup("k", "t")) == (HIT, b"answer")
+            assert (await there.lookup("k", "t"))[0] == MISS
         finally:
             await _cleanup(client, prefix)
     run(go())
