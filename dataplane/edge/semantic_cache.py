@@ -269,8 +269,12 @@ class SemanticCache:
         self.synced = asyncio.Event()  # the log was replayed once
 
     async def start(self) -> None:
-        self.embedder.start()
+        # The model loads once a tenant opts in (``wanted``): an edge whose tenants do not use the
+        # semantic cache never pays its memory or start-up time.
         self._tail = asyncio.create_task(self._follow())
+
+    def wanted(self) -> None:
+        self.embedder.start()
 
     async def stop(self) -> None:
         if self._tail is not None:

@@ -251,6 +251,7 @@ class EdgeService:
             return
         self.catalog = catalog
         self.catalog_at = time.monotonic()
+        self._load_embedder_if_wanted()
         self.router.on_catalog(catalog)
         self._catalog_changed.set()
         self._catalog_changed = asyncio.Event()
@@ -274,6 +275,7 @@ class EdgeService:
                     self.redis, self.response_cache, Embedder(s.semantic_cache_model), s.redis_key_prefix, s.region,
                     max_entries=s.semantic_cache_entries, ttl_s=s.semantic_cache_ttl_s, retry_s=s.redis_retry_s)
                 await self.semantic.start()
+                self._load_embedder_if_wanted()
         self.usage = UsageRecorder(self.redis, s.usage_stream, s.state_dir / "usage-spool.jsonl",
                                    retry_s=s.redis_retry_s, fsync_s=s.usage_fsync_s)
         await self.usage.start()
@@ -307,6 +309,11 @@ class EdgeService:
         if self.redis is not None:
             with contextlib.suppress(Exception):
                 await self.redis.aclose()
+
+    def _load_embedder_if_wanted(self) -> None:
+        if self.semantic is not None and self.catalog is not None \
+                and any(t.semantic_models for t in self.catalog.tenants.values()):
+            self.semantic.wanted()
 
     def snapshot_age(self) -> float:
         last = getattr(self.source, "last_ok", None) or self.catalog_at
