@@ -6,6 +6,7 @@ their queries by it; nothing here takes a tenant id from the URL or the form.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import uuid
 from typing import Annotated
@@ -21,8 +22,8 @@ from controlplane.config import Settings
 from controlplane.console import auth, charts, metrics, playground, sessions, views
 from controlplane.console.web import login_page, page, redirect
 from controlplane.db.types import utcnow
-from controlplane.schemas.tenancy import KeyCreate, KeyUpdate
-from controlplane.services import catalog_views, keys, tenants, usage
+from controlplane.schemas.tenancy import CacheSettings, KeyCreate, KeyUpdate
+from controlplane.services import caching, catalog_views, keys, tenants, usage
 from controlplane.services.errors import FieldError, Forbidden, Invalid, ServiceError, TooManyAttempts
 from controlplane.services.keys import KeyVerifier
 from controlplane.services.signin_throttle import Subject
@@ -224,6 +225,51 @@ class TenantConsoleController(Controller):
         key = await keys.revoke(db, live.principal, live.row.tenant_id, key_id)
         request.app.state.key_verifier.forget_all()
         return redirect(f"/console/keys?revoked={key.prefix}")
+
+    # ---------------------------------------------------------------- caching
+    async def _cache_page(self, db: AsyncSession, live: sessions.Live, settings: Settings, *,
+                          status_code: int = 200, **extra) -> Response:
+        tenant = await tenants.get(db, live.row.tenant_id)
+        models = await catalog_views.models_for_tenant(db, live.row.tenant_id)
+        return page("cache.html", live, status_code=status_code, nav="cache", tenant=await self._tenant(db, live),
+                    cache=caching.settings_out(tenant, settings), model_choices=[m.name for m in models],
+                    can_manage="manage" in live.row.scopes, **{"purged": None, **extra})
+
+    @get("/cache")
+    async def cache_page(self, db: AsyncSession, live: sessions.Live, settings: Settings) -> Response:
+        return await self._cache_page(db, live, settings)
+
+    @post("/cache")
+    async def change_cache(self, request: Request, db: AsyncSession, live: sessions.Live,
+                           settings: Settings) -> Response:
+        form = await auth.checked_form(request, live)
+        if "manage" not in live.row.scopes:
+            raise Forbidden("this key may not change settings (it lacks the manage scope)")
+        try:
+            threshold = form.get("semantic_cache_threshold", "").strip()
+            try:
+                value = float(threshold) if threshold else None
+            except ValueError:
+                raise Invalid("the threshold is not a number",
+                              [FieldError("semantic_cache_threshold", "not a number")]) from None
+            body = CacheSettings(response_cache=bool(form.get("response_cache")),
+                                 semantic_cache_models=sorted(k.removeprefix("semantic__") for k in form
+                                                              if k.startswith("semantic__")),
+                                 semantic_cache_threshold=value)
+            await caching.change(db, live.principal, settings, live.row.tenant_id, body)
+        except ServiceError as exc:
+            return await self._cache_page(db, live, settings, status_code=exc.status, error=problem_text(exc))
+        return await self._cache_page(db, live, settings, saved=True)
+
+    @post("/cache/purge")
+    async def purge_cache(self, request: Request, db: AsyncSession, live: sessions.Live,
+                          settings: Settings) -> Response:
+        await auth.checked_form(request, live)
+        if "manage" not in live.row.scopes:
+            raise Forbidden("this key may not clear the cache (it lacks the manage scope)")
+        purged = await asyncio.to_thread(caching.purge, settings.redis_url, settings.edge_redis_key_prefix,
+                                         live.row.tenant_id)
+        return await self._cache_page(db, live, settings, purged=purged)
 
     # ---------------------------------------------------------------- models, latency
     @get("/models")

@@ -5,8 +5,11 @@ ships it, loaded from site-packages with no network (the ``semantic`` extra: PyT
 build). It loads in a few seconds, so it loads in the background: until it is ready (or if it
 cannot load) ``encode`` answers None and the semantic cache is bypassed, never an error.
 
-Encoding runs on one worker thread: a query takes ~5 ms of CPU, which must not block the
-event loop, and one thread keeps PyTorch from competing with the edge for every core.
+Encoding runs on one worker thread: a query takes ~5-8 ms of CPU alone, which must not block
+the event loop, and one thread keeps PyTorch from competing with the edge for every core. The
+queries that arrive while a batch is being encoded go together in the next one (up to
+``max_batch``): no query waits for others at low load, and under load the model's cost per
+query falls to ~2.5-3 ms (batches of 8 and more, measured on this 2-core machine).
 """
 
 from __future__ import annotations
@@ -26,13 +29,17 @@ MINILM = "all-MiniLM-L6-v2"
 class Embedder:
     """Unit-norm float32 vectors for texts; None while the model is not (or cannot be) loaded."""
 
-    def __init__(self, model: str = MINILM, threads: int = 1) -> None:
+    def __init__(self, model: str = MINILM, threads: int = 1, max_batch: int = 64) -> None:
         self.model_name = model
         self.threads = threads
+        self.max_batch = max_batch
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
         self._model = None
         self._loading: asyncio.Future | None = None
         self.error: str | None = None
+        self._waiting: list[tuple[str, asyncio.Future]] = []
+        self._busy = False
+        self._drainer: asyncio.Future | None = None
 
     @property
     def ready(self) -> bool:
@@ -77,8 +84,29 @@ class Embedder:
     async def encode(self, text: str) -> np.ndarray | None:
         if self._model is None:
             return None
-        (vector,) = await asyncio.get_running_loop().run_in_executor(self._pool, self.encode_sync, [text])
-        return vector
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append((text, future))
+        if not self._busy:
+            self._busy = True
+            self._drainer = asyncio.ensure_future(self._drain())  # kept: a task nobody holds may be collected
+        return await future
+
+    async def _drain(self) -> None:
+        """Encode what is waiting, batch after batch, until nothing is."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting[:self.max_batch], self._waiting[self.max_batch:]
+                try:
+                    vectors = await loop.run_in_executor(self._pool, self.encode_sync, [t for t, _ in batch])
+                except Exception as exc:  # a failed encode is a bypass for these queries, not an error
+                    log.warning("embedding failed: %r", exc)
+                    vectors = [None] * len(batch)
+                for (_, future), vector in zip(batch, vectors, strict=True):
+                    if not future.done():
+                        future.set_result(vector)
+        finally:
+            self._busy = False
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -341,3 +341,44 @@ async def test_operator_fleet_and_node_slot_map(stack: Stack, browser: Browser) 
         assert overflow <= 0, f"{path} scrolls sideways on a phone by {overflow}px"
     await shot(page, "phone-operator-node-slots")
     await context.close()
+
+
+async def test_caching_settings_and_clear_my_cache(stack: Stack, browser: Browser) -> None:
+    """The caching page: the semantic cache per model with a threshold inside the operator's bounds
+    (outside them: the page says why), and "Clear my cache", which deletes this tenant's entries."""
+    import redis as redis_sync
+
+    from tests.console.stack import SHARED_REDIS
+
+    context = await browser.new_context(**LAPTOP)
+    page = await context.new_page()
+    await sign_in(page, stack)
+    await page.get_by_role("link", name="Caching").click()
+    await expect(page.get_by_role("heading", name="Response caching")).to_be_visible()
+    assert await unlabeled_controls(page) == []
+    model = stack.data["batch_model"]["name"]
+    form = page.locator("#cache-settings")
+    await form.get_by_label(model, exact=True).check()
+    threshold = form.get_by_label(re.compile("Similarity threshold"))
+    await threshold.fill("0.5")  # below the operator's bound: the browser refuses it before sending
+    assert not await threshold.evaluate("e => e.validity.valid")  # (the API refuses it too: test_cache_settings)
+    await form.get_by_label(re.compile("Similarity threshold")).fill("0.9")
+    await form.get_by_role("button", name="Save").click()
+    await expect(page.get_by_role("status")).to_contain_text("Saved")
+    await expect(form.get_by_label(model, exact=True)).to_be_checked()
+    await expect(form.get_by_label(re.compile("Similarity threshold"))).to_have_value("0.9")
+    await shot(page, "laptop-caching")
+
+    # One cached answer of this tenant and one of another: the purge deletes only the first.
+    r = redis_sync.Redis.from_url(SHARED_REDIS)
+    mine = f"nimbus:rcache:console-test:{stack.data['alice']['id']}:k"
+    theirs = "nimbus:rcache:console-test:00000000-0000-0000-0000-000000000000:k"
+    try:
+        r.set(mine, b"{}", px=60_000)
+        r.set(theirs, b"{}", px=60_000)
+        await page.get_by_role("button", name="Clear my cache").click()
+        await expect(page.locator("#purged")).to_contain_text("1 cached answers deleted")
+        assert not r.exists(mine) and r.exists(theirs)
+    finally:
+        r.delete(mine, theirs)
+    await context.close()
