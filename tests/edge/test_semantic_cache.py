@@ -95,14 +95,18 @@ def test_a_paraphrase_is_answered_from_the_cache_and_nothing_crosses_a_scope(edg
     assert {i: events[i][b"cache"].decode() for i in ids} == ids
     assert events[hit.headers["x-request-id"]][b"completion_tokens"] == b"0"
 
-    # A second edge of the region replays the log: it starts with the index warm.
-    second = edge_factory(config, redis_url=private_redis.url)
-    assert state(until_semantic(sdk_client(second, SEM), PARAPHRASE)) == SEMANTIC
+    # A second edge of the region replays the log: it starts with the index warm, and what either
+    # edge stores the other finds.
+    second = sdk_client(edge_factory(config, redis_url=private_redis.url), SEM)
+    assert state(until_semantic(second, PARAPHRASE)) == SEMANTIC
+    assert state(ask(second, ASKED, system="Be brief.")) == MISS
+    assert state(until_semantic(sem, PARAPHRASE, system="Be brief.")) == SEMANTIC
 
-    # "Clear my cache": the control plane's purge empties it on every edge.
-    assert purge(private_redis.url, "nimbus:", uuid.UUID(SEM_ID)) >= 1
+    # "Clear my cache": the control plane's purge empties it on every edge. (Each edge asks in a
+    # scope of its own: a miss stores its answer again, which the other edge would then find.)
+    assert purge(private_redis.url, "nimbus:", uuid.UUID(SEM_ID)) >= 2
     assert state(ask(sem, PARAPHRASE)) == MISS
-    assert state(ask(sdk_client(second, SEM), PARAPHRASE)) == MISS
+    assert state(ask(second, PARAPHRASE, system="Be brief.")) == MISS
 
 
 def test_redis_down_means_bypass_not_an_error(edge_factory, private_redis, config):
