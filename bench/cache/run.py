@@ -70,7 +70,8 @@ async def lookup_latency(entries: int, lookups: int) -> dict[str, tuple[float, f
     embed_ms, search_ms, lookup_ms = [], [], []
     hits = 0
     for i in range(lookups):
-        question = stored[i % len(stored)] if i % 2 else rng.choice(questions) + " please"
+        # Half the lookups ask a stored question again (hits), half a new one (misses).
+        question = stored[i % len(stored)] if i % 2 else f"What happened in the year {1000 + i} in {rng.choice(questions)}?"
         t0 = time.perf_counter()
         vector = await embedder.encode(question)
         t1 = time.perf_counter()
@@ -180,7 +181,8 @@ def savings(n: int, rate: float) -> dict[str, dict]:
     out = {}
     for name, key in (("no cache", KEY_OFF), ("semantic cache", KEY_ON)):
         # A fresh engine and edge per arm: no prefix cache or entries carried from the other arm.
-        with SimProcess(served_model_name="demo", extra_args=["--max-running-requests", "64"], ready_delay=0.0) as sim, \
+        with SimProcess(served_model_name="demo", extra_args=["--max-running-requests", "64", "--enable-metrics"],
+                        ready_delay=0.0) as sim, \
                 nimbus_edge([{"url": sim.url, "max_running_requests": 64}], TENANTS, {"health_interval_s": 30},
                             redis_url=REDIS) as edge:
             if key == KEY_ON:

@@ -48,6 +48,7 @@ from dataplane.edge.signals import (
 from dataplane.edge.sse import (
     DONE,
     SseSplitter,
+    assemble,
     carries_output,
     error_event,
     is_error_event,
@@ -416,13 +417,14 @@ class EdgeService:
         check_context(req, variant.context_length)
 
         # The exact cache: what every answer says about it (x-nimbus-cache), and a hit served as the
-        # client asked for it, streamed (replayed) or not. Only non-streamed misses fill it; with
-        # the shared store unreachable the answer is "bypass" and the request goes to the engines.
+        # client asked for it, streamed (replayed) or not. A miss fills it with its answer, streamed
+        # or not (a stream as the whole answer it adds up to, ``sse.assemble``); with the shared
+        # store unreachable the answer is "bypass" and the request goes to the engines.
         ckey, hit, cache_state = None, None, BYPASS
         if tenant.response_cache and req.deterministic:
             ckey = cache_key(tenant.id, variant.id, kind, body)
             cache_state, hit = await self.response_cache.lookup(ckey, tenant.id)
-            if req.stream or cache_state != MISS:
+            if cache_state != MISS:
                 ckey = None
         # Then the semantic cache, for tenants that opted in for this model: the same question in
         # other words, in the same scope (system prompt, history, sampling parameters).
@@ -436,8 +438,7 @@ class EdgeService:
                     self.metrics.child(self.metrics.semantic_scores, req.model).observe(found.score)
                 elif found.state == MISS:
                     cache_state = MISS
-                    if not req.stream:
-                        semantic_fill = (*scoped, found.vector)
+                    semantic_fill = (*scoped, found.vector)
 
         # A hit costs no GPU tokens but is a request: it counts against RPM (and concurrency).
         decision = await self.limiter.admit(tenant, st.request_id, 0 if hit is not None else req.reserved_tokens)
@@ -703,7 +704,7 @@ class EdgeService:
                 self._release(st, ticket, None)
                 raise engine_client_error(resp.status, data)
             if req.stream:
-                return await self._stream(st, ticket, resp, send)
+                return await self._stream(st, ticket, resp, send, fill)
             try:
                 data = await resp.read(s.first_byte_timeout_s)
             except (UpstreamError, TimeoutError, OSError) as exc:
@@ -729,9 +730,13 @@ class EdgeService:
                 self.metrics.upstream_paused.inc(resp.pauses)
             resp.close()  # also aborts the engine's work when we leave early (client gone)
 
-    async def _stream(self, st: RequestState, ticket: Ticket, resp: UpstreamResponse, send: Send) -> str | Failure:
+    async def _stream(self, st: RequestState, ticket: Ticket, resp: UpstreamResponse, send: Send,
+                      fill: Callable[[bytes], None] | None = None) -> str | Failure:
         assert st.req is not None
         req = st.req
+        # A stream that fills a response cache is kept as it goes out, to be added up into the
+        # whole answer at its end (``sse.assemble``); it forgoes the socket fast path for that.
+        sent: list[bytes] | None = [] if fill is not None else None
         labels = (req.model, ticket.replica.id, st.priority)
         itl_hist = self.metrics.child(self.metrics.itl, *labels)
         splitter = SseSplitter()
@@ -774,6 +779,8 @@ class EdgeService:
                     saw_done = _ends_stream(chunk)
                     if saw_done:
                         self._meter_stream_end(st, upstream_error)
+                    if sent is not None:
+                        sent.append(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     if saw_done:
                         break
@@ -810,14 +817,17 @@ class EdgeService:
                     headers = SSE_HEADERS + _headers({**st.rate_headers, "x-request-id": st.request_id})
                     await send({"type": "http.response.start", "status": 200, "headers": headers})
                     st.response_started = True
-                    if write_now is not None:
+                    if write_now is not None and sent is None:
                         resp.set_sink(forward_now)
                 else:
                     itl_hist.observe(now - last)
                 last = load.last_progress = now
                 if saw_done:
                     self._meter_stream_end(st, upstream_error)
-                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                body = b"".join(out)
+                if sent is not None:
+                    sent.append(body)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
                 out.clear()
                 if saw_done:
                     break
@@ -836,6 +846,8 @@ class EdgeService:
             self._release(st, ticket, True, _reported(st.usage))
             st.status, st.http_status = "ok", 200
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if sent is not None and fill is not None and (whole := assemble(b"".join(sent), st.usage)) is not None:
+                fill(whole)
             if not resp.complete:
                 # The client is done; read the engine's end of body so the connection can be reused.
                 with contextlib.suppress(UpstreamError, TimeoutError, OSError):

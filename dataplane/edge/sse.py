@@ -124,3 +124,50 @@ def replay(body: bytes, chat: bool, include_usage: bool) -> bytes:
     if include_usage and obj.get("usage"):
         events.append({**base, "choices": [], "usage": obj["usage"]})
     return b"".join(b"data: " + msgspec.json.encode(e) + b"\n\n" for e in events) + DONE
+
+
+def assemble(stream: bytes, usage: dict | None) -> bytes | None:
+    """The whole answer a streamed one adds up to, in the non-streamed shape, so that a streamed
+    miss can fill the response caches (``replay`` turns it back into a stream). Only what a replay
+    reproduces exactly: text content of any number of choices, no tool calls or logprobs; anything
+    else (or a stream without its end) gives None and is not cached."""
+    first: dict | None = None
+    texts: dict[int, list[str]] = {}
+    finish: dict[int, str | None] = {}
+    for event in stream.split(b"\n\n"):
+        if not event.startswith(b"data: ") or event.startswith(b"data: [DONE]"):
+            continue
+        try:
+            obj = msgspec.json.decode(event[6:])
+        except msgspec.DecodeError:
+            return None
+        if not isinstance(obj, dict) or "error" in obj:
+            return None
+        first = first or obj
+        for choice in obj.get("choices") or ():
+            index = choice.get("index", 0)
+            if choice.get("logprobs"):
+                return None
+            delta = choice.get("delta")
+            if delta is not None and (delta.get("tool_calls") or delta.get("reasoning_content")):
+                return None
+            piece = (delta or {}).get("content") if delta is not None else choice.get("text")
+            texts.setdefault(index, []).append(piece or "")
+            if choice.get("finish_reason") is not None:
+                finish[index] = choice["finish_reason"]
+    if first is None or not texts or set(finish) != set(texts):
+        return None  # no output, or a choice that never finished
+    chat = first.get("object") == "chat.completion.chunk"
+    choices = []
+    for index in sorted(texts):
+        text = "".join(texts[index])
+        if chat:
+            choices.append({"index": index, "message": {"role": "assistant", "content": text},
+                            "logprobs": None, "finish_reason": finish[index]})
+        else:
+            choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": finish[index]})
+    body = {"id": first.get("id"), "object": "chat.completion" if chat else "text_completion",
+            "created": first.get("created", 0), "model": first.get("model"), "choices": choices}
+    if usage:
+        body["usage"] = usage
+    return msgspec.json.encode(body)

@@ -340,7 +340,9 @@ def validate(kind: str, body: dict[str, Any], estimator: TokenEstimator, *, max_
     include_usage = bool(stream and opts and opts.get("include_usage"))
     priority = _priority(body)
     temperature = body.get("temperature", 1.0)
-    deterministic = n == 1 and (temperature == 0 or body.get("top_k") == 1)
+    # What the response caches may answer: one choice, and greedy decoding or a fixed seed (the
+    # same seed asks for the same sample, so a cached one is a valid answer).
+    deterministic = n == 1 and (temperature == 0 or body.get("top_k") == 1 or body.get("seed") is not None)
     return InferenceRequest(
         kind=kind, body=body, model=model, prompt_text=prompt_text,
         prompt_tokens_est=estimator.estimate(prompt_text), max_tokens=max_tokens * n, stream=stream,

@@ -70,6 +70,32 @@ def test_a_regions_edges_share_the_cache_and_meter_hits(edge_factory, private_re
     assert bucket["completion_tokens"] == 5  # only the miss went to an engine
 
 
+def test_a_streamed_miss_fills_the_cache(edge_factory, private_redis, sims):
+    """Most chat traffic streams: a streamed answer fills the cache as the whole answer it adds up
+    to, and comes back streamed or not."""
+    key = make_key("streamed")
+    cfg = standalone_config([s.url for s in sims], [{"name": "streamed", "response_cache": True,
+                                                    "keys": [{"dev_key": key}]}])
+    c = sdk_client(edge_factory(cfg, redis_url=private_redis.url), key)
+    body = {**BODY, "messages": [{"role": "user", "content": "streamed first"}], "temperature": 0.8, "seed": 7}
+    live = c.chat.completions.with_raw_response.create(**body, stream=True, stream_options={"include_usage": True})
+    assert cache_state(live) == MISS
+    chunks = list(live.parse())
+    texts = {0: "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)}
+    usage = chunks[-1].usage
+    deadline = time.monotonic() + 5
+    while cache_state(again := c.chat.completions.with_raw_response.create(**body)) != HIT:
+        assert time.monotonic() < deadline, "the streamed answer never reached the cache"
+        time.sleep(0.05)
+    whole = again.parse()
+    assert {ch.index: ch.message.content for ch in whole.choices} == texts
+    assert whole.usage.completion_tokens == usage.completion_tokens and whole.choices[0].finish_reason == "length"
+    replayed = c.chat.completions.with_raw_response.create(**body, stream=True)
+    assert cache_state(replayed) == HIT
+    assert "".join(ch.choices[0].delta.content or "" for ch in replayed.parse()
+                   if ch.choices and ch.choices[0].index == 0) == texts[0]
+
+
 def test_redis_down_means_bypass_not_an_error(edge_factory, private_redis, sims):
     key = make_key("outage")
     cfg = standalone_config([s.url for s in sims], [{"name": "outage", "response_cache": True,
