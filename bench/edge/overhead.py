@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import time
+from collections.abc import Callable
 
 from bench.edge.common import (
     Client,
@@ -53,15 +55,18 @@ async def latency(url: str, n: int, key: str | None) -> list[float]:
         return [r.latency * 1000 for r in client.results]
 
 
-async def peak(url: str, duration: float, concurrency: int, key: str | None) -> tuple[float, float]:
-    """(requests/s, the proxy's CPU microseconds per request; 0 when the URL names no process)."""
+async def peak(url: str, duration: float, concurrency: int, key: str | None,
+               body: Callable[[int], dict] = lambda _: BODY) -> tuple[float, float]:
+    """(requests/s, the proxy's CPU microseconds per request; 0 when the URL names no process).
+    ``body(n)`` is the n-th request's body (the same ping by default)."""
     async with new_session(limit=concurrency) as session:
         client = Client(url, session)
         stop = time.monotonic() + duration
+        counter = itertools.count()
 
         async def worker() -> None:
             while time.monotonic() < stop:
-                await client.chat(BODY, key)
+                await client.chat(body(next(counter)), key)
 
         pid = getattr(url, "pid", None)
         cpu0 = cpu_seconds(pid)
