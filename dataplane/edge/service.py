@@ -426,8 +426,21 @@ class EdgeService:
             cache_state, hit = await self.response_cache.lookup(ckey, tenant.id)
             if cache_state != MISS:
                 ckey = None
+
+        # A hit costs no GPU tokens but is a request: it counts against RPM (and concurrency).
+        decision = await self.limiter.admit(tenant, st.request_id, 0 if hit is not None else req.reserved_tokens)
+        if self.limiter.redis is not None and not self.limiter.redis_usable and not tenant.limits.unlimited:
+            self.metrics.limits_fallback.inc()
+        st.rate_headers = {**decision.headers, "x-nimbus-cache": cache_state}
+        if not decision.allowed:
+            self.metrics.child(self.metrics.rate_limited, decision.reason).inc()
+            raise to_error(decision)
+        st.lease = decision.lease
+
         # Then the semantic cache, for tenants that opted in for this model: the same question in
-        # other words, in the same scope (system prompt, history, sampling parameters).
+        # other words, in the same scope (system prompt, history, sampling parameters). After the
+        # limits, so a request they refuse costs no embedding; a hit's reserved tokens are given
+        # back when it is settled (it used none).
         semantic_fill = None
         if hit is None and self.semantic is not None and req.deterministic and tenant.semantic_for(req.model):
             scoped = semantic_scope(tenant.id, variant.id, kind, body)
@@ -439,16 +452,7 @@ class EdgeService:
                 elif found.state == MISS:
                     cache_state = MISS
                     semantic_fill = (*scoped, found.vector)
-
-        # A hit costs no GPU tokens but is a request: it counts against RPM (and concurrency).
-        decision = await self.limiter.admit(tenant, st.request_id, 0 if hit is not None else req.reserved_tokens)
-        if self.limiter.redis is not None and not self.limiter.redis_usable and not tenant.limits.unlimited:
-            self.metrics.limits_fallback.inc()
-        st.rate_headers = {**decision.headers, "x-nimbus-cache": cache_state}
-        if not decision.allowed:
-            self.metrics.child(self.metrics.rate_limited, decision.reason).inc()
-            raise to_error(decision)
-        st.lease = decision.lease
+                st.rate_headers["x-nimbus-cache"] = cache_state
 
         if hit is not None:
             self.metrics.child(self.metrics.cache_hits, req.model).inc()

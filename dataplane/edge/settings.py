@@ -133,7 +133,8 @@ class EdgeSettings:
     response_cache_max_entry_bytes: int = 1 << 20  # a larger answer is not cached
     # Semantic cache (semantic_cache.py): needs Redis and the ``semantic`` extra; "" turns it off.
     semantic_cache_model: str = "all-MiniLM-L6-v2"
-    semantic_cache_entries: int = 100_000  # per region, in every edge's index
+    # Per region: the log stream and every edge's index (the answers count in response_cache_entries).
+    semantic_cache_entries: int = 10_000
     semantic_cache_ttl_s: float = 600.0
     # Signals for the autoscaler (signals.py), published to Redis every interval over the window
     edge_id: str = ""  # empty: hostname-pid-random

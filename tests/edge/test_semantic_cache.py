@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import openai
 import pytest
 
 from controlplane.services.caching import purge
@@ -15,7 +16,7 @@ from dataplane.edge.response_cache import BYPASS, MISS
 from dataplane.edge.semantic_cache import SEMANTIC
 from tests.edge.conftest import add_tier, make_key, sdk_client, standalone_config
 
-SEM, OTHER, PLAIN = make_key("sem"), make_key("other"), make_key("plain")
+SEM, OTHER, PLAIN, LIMITED = make_key("sem"), make_key("other"), make_key("plain"), make_key("limited")
 SEM_ID = str(uuid.uuid4())
 SEMANTIC_ON = {"models": ["demo"], "threshold": 0.875}
 ASKED = "What is the capital of France?"
@@ -50,6 +51,8 @@ def config(sims):
         {"id": SEM_ID, "name": "sem", "semantic_cache": SEMANTIC_ON, "keys": [{"dev_key": SEM}]},
         {"name": "other", "semantic_cache": SEMANTIC_ON, "keys": [{"dev_key": OTHER}]},
         {"name": "plain", "keys": [{"dev_key": PLAIN}]},
+        {"name": "limited", "semantic_cache": SEMANTIC_ON, "limits": {"requests_per_minute": 2},
+         "keys": [{"dev_key": LIMITED}]},
     ])
     return add_tier(cfg, "fp8", sims[0].url, served="demo-fp8")
 
@@ -107,6 +110,25 @@ def test_a_paraphrase_is_answered_from_the_cache_and_nothing_crosses_a_scope(edg
     assert purge(private_redis.url, "nimbus:", uuid.UUID(SEM_ID)) >= 2
     assert state(ask(sem, PARAPHRASE)) == MISS
     assert state(ask(second, PARAPHRASE, system="Be brief.")) == MISS
+
+
+def test_a_semantic_hit_is_a_request_for_the_limits(edge_factory, private_redis, config):
+    edge = edge_factory(config, redis_url=private_redis.url)
+    sem, limited = sdk_client(edge, SEM), sdk_client(edge, LIMITED, timeout=20)
+    until_semantic(sem, ASKED)  # the model is loaded (this tenant's own scope)
+    assert state(ask(limited, ASKED)) == MISS
+    # The answer is stored off the response path: once the region's log has it, a paraphrase hits...
+    log, deadline = private_redis.client(), time.monotonic() + 10
+    while not any(f.get(b"tenant", b"").decode() != SEM_ID for _, f in log.xrange("nimbus:scache:local:log")):
+        assert time.monotonic() < deadline, "the limited tenant's answer never reached the log"
+        time.sleep(0.05)
+    time.sleep(0.1)  # and the edge has read it back (it also indexes its own entries at once)
+    hit = ask(limited, PARAPHRASE)
+    assert state(hit) == SEMANTIC and hit.headers["x-ratelimit-remaining-requests"] == "0"
+    # ...which used the minute's second request: a third is refused, cached or not.
+    with pytest.raises(openai.RateLimitError):
+        limited.chat.completions.create(model="demo", messages=[{"role": "user", "content": PARAPHRASE}],
+                                        temperature=0, max_tokens=6)
 
 
 def test_redis_down_means_bypass_not_an_error(edge_factory, private_redis, config):
