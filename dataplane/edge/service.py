@@ -587,8 +587,15 @@ class EdgeService:
         tenant, variant, req = st.tenant, st.variant, st.req
         assert tenant is not None and variant is not None and req is not None
         queue = self.admission.queue(variant.id)
+        # The fair-share guard keeps interactive tenants from crowding each other out. Batch-class
+        # work is not its business: it already yields to every interactive tenant (the reserve
+        # below, and preemption inside engines that schedule by priority), so holding it back for
+        # them as well left a fifth of the fleet's spare capacity idle (bench/batch: 0.67 of the
+        # spare tokens used with the guard, 0.79 without, interactive p99 1.12x either way).
+        guarded = st.priority != BATCH
         guard = self.share_guard(variant.id)
-        guard.seen(tenant.id, time.monotonic())
+        if guarded:
+            guard.seen(tenant.id, time.monotonic())
         # Batch work leaves a share of every replica's slots to interactive traffic.
         keep_free = self.settings.interactive_reserved_share if st.priority == BATCH else 0.0
         # ...and where the engines preempt by priority, interactive work may take the slots batch work holds.
@@ -601,7 +608,7 @@ class EdgeService:
             replicas = catalog.candidates(tenant.id, variant.id)
             candidates = self.router.eligible(catalog, replicas, now, excluded)
             free = sum(max(0, c.capacity - c.running + (c.load.batch_inflight if preempts else 0)) for c in candidates)
-            if not guard.allows(tenant.id, free, sum(c.capacity for c in candidates), now):
+            if guarded and not guard.allows(tenant.id, free, sum(c.capacity for c in candidates), now):
                 return None
             peak = self.interactive_peaks.get(variant.id)
             decision = self.router.choose(route_req, candidates, now, keep_free=keep_free, preempts_batch=preempts,
@@ -623,7 +630,8 @@ class EdgeService:
             ticket.tenant_id = tenant.id
             if candidates[0].degraded:  # every candidate of one answer shares its tier
                 self.metrics.child(self.metrics.degraded_dispatches, req.model, candidates[0].degraded).inc()
-            guard.acquired(tenant.id, now)
+            if guarded:
+                guard.acquired(tenant.id, now)
             self.metrics.child(self.metrics.inflight, ticket.replica.id).set(self.router.load(ticket.replica.id).inflight)
             st.ticket = ticket
             queue.charge_admit(tenant.id, tenant.weight, route_req.prompt_tokens)
@@ -648,7 +656,7 @@ class EdgeService:
 
     def _release(self, st: RequestState, ticket: Ticket, ok: bool | None,
                  reported: tuple[int, int] | None = None) -> None:
-        if not ticket.closed:
+        if not ticket.closed and not ticket.batch:  # batch work never took a place in the guard
             self.share_guard(ticket.replica.variant_id).released(ticket.tenant_id)
         rid = ticket.replica.id
         breaker = self.router.breakers.get(rid)
