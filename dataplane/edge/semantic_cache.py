@@ -43,6 +43,7 @@ log = logging.getLogger("nimbus.edge.semantic")
 
 SEMANTIC = "semantic"
 BODY_PREFIX = "s:"  # a semantic entry's answer in the shared store
+FOLLOW_BLOCK_MS = 250  # how long one read of the region's log waits for a new record
 
 # ---------------------------------------------------------------------------------------------
 # Scope and question
@@ -255,7 +256,7 @@ class Lookup:
 
 class SemanticCache:
     def __init__(self, redis: Any, answers: SharedResponseCache, embedder: Embedder, prefix: str, region: str, *,
-                 max_entries: int = 100_000, ttl_s: float = 600.0, retry_s: float = 1.0) -> None:
+                 max_entries: int = 10_000, ttl_s: float = 600.0, retry_s: float = 1.0) -> None:
         self.redis = redis
         self.answers = answers
         self.embedder = embedder
@@ -306,8 +307,10 @@ class SemanticCache:
         while True:
             try:
                 while True:
+                    # Blocks for less than the edge's Redis socket timeout (0.5 s), which would
+                    # otherwise count every quiet second as a failure.
                     batch = await self.redis.xread({self.log_key: self._last_id}, count=1000,
-                                                   block=None if not self.synced.is_set() else 1000)
+                                                   block=None if not self.synced.is_set() else FOLLOW_BLOCK_MS)
                     if not batch:
                         self.synced.set()
                         continue
