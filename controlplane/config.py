@@ -150,6 +150,17 @@ class Settings(BaseSettings):
         description="Share of a pool's profiled throughput a replace onto a slower GPU type may take away until the "
                     "replicas added for it are ready (1: no cap; lower it for pools run without headroom).",
     )
+    spare_replicas_enabled: bool = Field(
+        default=True,
+        description="Put the free GPU slots of billed nodes to work as spare replicas of the pools on the fleet "
+                    "(controlplane/fleet/spares.py): they serve, are promoted on a scale-up and stop first when "
+                    "placement or consolidation wants their GPUs; a scale-down keeps a replica as a spare when its "
+                    "node stays billed for others.",
+    )
+    spare_max_ratio: float = Field(
+        default=2.0, ge=0,
+        description="A pool's spares stop at this multiple of its serving capacity (profiled tokens/s).",
+    )
     # The Batch API (controlplane/batches): files in the region's object store, lines sent through an edge.
     batch_store_url: str | None = Field(
         default=None, description="Batch API files: s3://bucket/prefix, gs://bucket/prefix or a directory "

@@ -168,7 +168,7 @@ def reset(settings: Settings, seeded: Seeded) -> None:
         s.execute(delete(Replica).where(Replica.created_at >= seeded.at))
         s.execute(delete(Node).where(Node.created_at >= seeded.at))
         s.execute(update(Replica).values(state=ReplicaState.ready, desired_state=ReplicaDesiredState.running,
-                                         drain_deadline_at=None, stop_reason=None, metrics={}))
+                                         drain_deadline_at=None, stop_reason=None, metrics={}, spare=False))
         s.execute(update(Node).values(state=NodeState.ready, empty_since=None, underused_since=None,
                                       drain_deadline_at=None, metrics={}))
         s.execute(update(Pool).values(desired_replicas=seeded.replicas_per_pool, capacity_status=None))
@@ -218,6 +218,8 @@ class TickMeasure:
     terminated: int
     moves: int
     skipped: bool
+    demoted: int = 0  # surplus replicas kept as spares (fleet.spares) instead of stopped
+    evicted: int = 0  # spares stopped for the replicas placed on their GPUs
 
 
 def verb(statement: str) -> str:
@@ -241,7 +243,7 @@ def measure_tick(settings: Settings, now: dt.datetime | None = None) -> TickMeas
     for statement in statements:
         verbs[verb(statement)] = verbs.get(verb(statement), 0) + 1
     return TickMeasure(seconds, cpu, orm_objects, len(statements), verbs, result.pools, result.placed, result.launched, result.stopped,
-                       result.terminated, result.moves, result.skipped)
+                       result.terminated, result.moves, result.skipped, result.demoted, result.evicted)
 
 
 def run_size(pools: int, replicas_per_pool: int, gpus_per_node: int, fraction: float, repeat: int) -> dict:

@@ -39,7 +39,9 @@ from controlplane.fleet.capacity import ConsolidationBudget
 
 HERE = Path(__file__).resolve().parent
 CONTENDERS = ("nimbus", "nimbus-no-consol", "skyserve")
-DIAGNOSTICS = ("nimbus-oracle",)
+# nimbus-no-spares: Nimbus without spare replicas on the fleet's free GPU slots, and so with the
+# autoscaler's own hysteresis (``controlplane.fleet.spares``, ``AutoscalerConfig.for_warm_surplus``)
+DIAGNOSTICS = ("nimbus-oracle", "nimbus-no-spares")
 # The bound provisioned for these multiples of each interval's demand as well: its cost at a
 # contender's SLO attainment is interpolated on them (``equal_slo_bound``).
 BOUND_FACTORS = (1.0, 1.02, 1.05, 1.1)
@@ -90,9 +92,10 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
         contender = sim.OracleNimbus(pools, offers, -sim.WARMUP_S, end, budget=ConsolidationBudget(**(budget or {})),
                                      empty_node_ttl_s=empty_node_ttl_s)
     else:
-        contender = sim.Nimbus(pools, offers, -sim.WARMUP_S, end, consolidation=kind == "nimbus",
+        contender = sim.Nimbus(pools, offers, -sim.WARMUP_S, end, consolidation=kind != "nimbus-no-consol",
                                budget=ConsolidationBudget(**(budget or {})),
-                               config=AutoscalerConfig(**(autoscaler or {})), empty_node_ttl_s=empty_node_ttl_s)
+                               config=AutoscalerConfig(**(autoscaler or {})), empty_node_ttl_s=empty_node_ttl_s,
+                               spares=kind != "nimbus-no-spares")
     o = contender.run()
     t = o.totals
     billed = t.billed_gpu_s / 3600
@@ -105,6 +108,8 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
         "slo_by_phase": slo_by_phase(p.queue for p in pools),
         "cold_start_waits": o.cold_waits, "dropped": o.dropped, "migrations": t.migrations,
         "consolidation_actions": dict(t.consolidation_actions), "nodes_launched": t.nodes_launched,
+        "spares": {"placed": t.spares_placed, "promoted": t.spares_promoted, "demoted": t.spares_demoted,
+                   "evicted": t.spares_evicted},
         "replicas_placed": t.replicas_placed, "peak_nodes": t.peak_nodes, "peak_gpus": t.peak_gpus,
         "unplaced": t.unplaced, "held_cost": dict(t.held_cost), "cost_by_shape": dict(t.cost_by_shape),
         "gpu_h_by_pool_type": {k: v / 3600 for k, v in t.gpu_s_by_pool_type.items()},
@@ -229,6 +234,12 @@ def render(results: dict, catalog: str, seed: int) -> tuple[str, dict[str, bool]
             + f"; GPU-type premium over each pool's cheapest $/req/s {sum(r['type_premium'].values()):,.0f}"
             + "; ready capacity / demand " + ", ".join(
                 f"{p} {r['ready_over_demand'][p]:.2f}" for p in main if r["ready_over_demand"].get(p)))
+    for n in [*names, *(d for d in DIAGNOSTICS if d in results)]:
+        sp = results[n].get("spares")
+        if sp and any(sp.values()):
+            lines.append(f"{n}: spare replicas (controlplane.fleet.spares): {sp['placed']} started on free slots, "
+                         f"{sp['promoted']} promoted by a scale-up, {sp['demoted']} kept from a scale-down, "
+                         f"{sp['evicted']} stopped for a replica placed on their GPUs")
     for n in names:
         idle = results[n].get("idle_gpu_h_by_fill", {})
         if idle:
@@ -308,7 +319,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"run only these ({', '.join([*CONTENDERS, *DIAGNOSTICS, 'clairvoyant'])}, skyserve-xF)")
     p.add_argument("--skyserve-headroom", type=float, action="append", default=[], metavar="F",
                    help="also run SkyServe planning each VM for F x its calibrated QPS (a row skyserve-xF)")
-    p.add_argument("--no-oracle", action="store_true", help="skip the nimbus-oracle diagnostic")
+    p.add_argument("--no-oracle", action="store_true", help="skip the diagnostic rows (nimbus-oracle, nimbus-no-spares)")
     p.add_argument("--load-scale", type=float, default=1.0, help="multiply the main pools' request rates")
     p.add_argument("--fleet", choices=FLEETS, default="default",
                    help="h100: pools that accept an H100 accept only H100s (see models.fleet_variants)")

@@ -42,7 +42,8 @@ from controlplane.fleet.capacity import (
     PoolNeed,
 )
 from controlplane.fleet.consolidation import plan_consolidation
-from controlplane.fleet.placement import choose_surplus, plan_placement
+from controlplane.fleet.placement import choose_surplus, plan_placement, tokens_per_s
+from controlplane.fleet.spares import has_spares, keep_as_spare, overlapping, plan_spares, promote
 
 DT = 10.0
 WARMUP_S = 3600.0
@@ -52,6 +53,7 @@ EMPTY_NODE_TTL_S = 60.0  # controlplane.config.Settings.empty_node_ttl_s
 # reconcile.emptied_by_consolidation: a node a consolidation emptied is released at once (False: the
 # behaviour before it, for comparisons)
 RELEASE_CONSOLIDATED = True
+SPARE_MAX_RATIO = 2.0  # controlplane.config.Settings.spare_max_ratio
 MAX_RUNNING = 128  # bench.autoscale.engine.ReplicaProfile.max_running_requests
 # Tokens per request of the mix (prompt + output): the token-rate history and the KV gauge.
 MEAN_TOKENS = poisson_trace(MIX, 50.0, 2000.0, 7).mean_tokens()
@@ -89,6 +91,7 @@ class Replica:
     replaces: str | None = None  # a move's copy, while its original still serves
     moving: bool = False  # the original of a move in flight
     move_copy: bool = False  # placed as a move's copy (kept after the move is over: the accounting)
+    spare: bool = False  # above its pool's target on GPUs billed anyway (controlplane.fleet.spares)
     stop_at: float | None = None
     stopped_at: float | None = None  # when it was told to stop
 
@@ -106,6 +109,10 @@ class Totals:
     replicas_placed: int = 0
     migrations: int = 0
     consolidation_actions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    spares_placed: int = 0  # controlplane.fleet.spares: started on free slots
+    spares_promoted: int = 0  # became regular replicas on a scale-up
+    spares_demoted: int = 0  # a scale-down's surplus kept as spares
+    spares_evicted: int = 0  # stopped for a replica placed on their GPUs
     unplaced: int = 0
     peak_nodes: int = 0
     peak_gpus: int = 0
@@ -182,6 +189,21 @@ class Fleet:
         for c in list(self.by_pool[r.pool_id].values()):
             if c.replaces == r.replica_id:  # a copy of a replica that stops is not wanted either
                 self._end(c, t)
+
+    def evict(self, node: Node, gpu_ids: Sequence[int], t: float) -> float:
+        """Stop the spares on ``node`` that hold any of ``gpu_ids`` (a replica is placed there);
+        returns how long the new replica waits for them to let the GPUs go: a ready spare drains
+        first (``DRAIN_S``), as the agent waits for its engine to exit."""
+        spares = [(r.replica_id, r.gpu_ids) for r in node.replicas.values() if r.spare]
+        wait = 0.0
+        for rid in overlapping(gpu_ids, spares):
+            r = self.replicas[rid]
+            if r.state == "ready":
+                wait = DRAIN_S
+            self._end(r, t)
+            if t >= self.start:
+                self.totals.spares_evicted += 1
+        return wait
 
     def _end(self, r: Replica, at: float) -> None:
         held = self._window(r.placed_at, at) * len(r.gpu_ids)
@@ -327,7 +349,9 @@ class Contender:
 
     # -- gauges
     def signals(self, pool: PoolRun, t: float) -> tuple[ReplicaSignal, ...]:
-        reps = [r for r in self.fleet.by_pool[pool.pool_id].values() if r.replaces is None]
+        # as ``controlplane.fleet.autoscaling.observe`` reads a pool: a spare once it serves
+        reps = [r for r in self.fleet.by_pool[pool.pool_id].values()
+                if r.replaces is None and (not r.spare or r.state == "ready")]
         ready = [r for r in reps if r.state == "ready"]
         rate = sum(r.copies * r.cap.qps for r in ready)
         p95 = pool.queue.ttft_p95(t)
@@ -345,7 +369,7 @@ class Contender:
                 state={"starting": "starting", "ready": "ready", "stopping": "draining"}[r.state], spot=False,
                 num_queue_reqs=queued, num_running_reqs=running, max_running_requests=MAX_RUNNING * r.copies,
                 kv_usage=kv, ttft_p95_s=p95 if r.state == "ready" else None, started_at=r.placed_at,
-                ready_at=r.ready_at if r.state != "starting" else None, gpus=len(r.gpu_ids),
+                ready_at=r.ready_at if r.state != "starting" else None, gpus=len(r.gpu_ids), spare=r.spare,
             ))
         return tuple(out)
 
@@ -409,10 +433,13 @@ class Nimbus(Contender):
 
     def __init__(self, pools, offers, start, end, *, consolidation: bool = True,
                  budget: ConsolidationBudget | None = None, config: AutoscalerConfig | None = None,
-                 empty_node_ttl_s: float = EMPTY_NODE_TTL_S):
+                 empty_node_ttl_s: float = EMPTY_NODE_TTL_S, spares: bool = True,
+                 spare_max_ratio: float = SPARE_MAX_RATIO):
         super().__init__(pools, offers, start, end)
         self.consolidation = consolidation
-        self.name = "nimbus" if consolidation else "nimbus-no-consol"
+        self.spares = spares  # controlplane.config.Settings.spare_replicas_enabled
+        self.spare_max_ratio = spare_max_ratio
+        self.name = ("nimbus" if consolidation else "nimbus-no-consol") + ("" if spares else "-no-spares")
         self.budget = budget or ConsolidationBudget()
         self.config = config or AutoscalerConfig()  # bench-only overrides measure the headroom's cost
         self.empty_node_ttl_s = empty_node_ttl_s
@@ -421,21 +448,24 @@ class Nimbus(Contender):
 
     def spec(self, pool: PoolRun) -> PoolSpec:
         v = pool.variant
-        live = [r for r in self.fleet.by_pool[pool.pool_id].values() if r.state != "ended"]
+        live = [r for r in self.fleet.by_pool[pool.pool_id].values() if r.state != "ended" and not r.spare]
         types = serving_gpu_types({r.replica_id: r.gpu_type for r in live if r.replaces is None},
                                   [(r.replaces, r.gpu_type) for r in live if r.replaces is not None])
         return PoolSpec(
             pool_id=v.pool_id, kind=v.kind, min_replicas=v.min_replicas, max_replicas=v.max_replicas,
             ttft_slo_s=v.slo_s, gpus_per_replica=v.gpus,
             replica_tokens_per_s=profiled_throughput({g: c.tokens_per_s for g, c in pool.caps.items()}, types),
+            warm_surplus=has_spares(self.spares, None),
         )
 
-    def slots(self, node: Node, t: float) -> NodeSlots:
+    def slots(self, node: Node, t: float, *, with_spares: bool = False) -> NodeSlots:
+        """The node as ``reconcile.node_slots`` builds it: spares' slots free, but for the view
+        that fills slots with spares."""
         hosted = tuple(
             HostedReplica(replica_id=r.replica_id, pool_id=r.pool_id, gpu_ids=r.gpu_ids, ready=r.state == "ready",
                           model_ready_s=r.cap.model_ready_s,
                           moving=r.moving or r.replaces is not None or r.state == "stopping")
-            for r in node.replicas.values()
+            for r in node.replicas.values() if with_spares or not r.spare
         )
         o = node.offer
         return NodeSlots(
@@ -459,32 +489,68 @@ class Nimbus(Contender):
         # size every pool (on-demand only: the market mix is the whole target)
         slots = {nid: self.slots(n, t) for nid, n in fleet.nodes.items()}
         needs, scaling_up = [], set()
+        regular = [r for r in fleet.replicas.values() if r.state in ("starting", "ready") and r.replaces is None
+                   and not r.spare]
+        staying: dict[str, set[str]] = defaultdict(set)  # each node's regular replicas that stay
+        for r in regular:
+            staying[r.node.node_id].add(r.replica_id)
+        changed_on: set[str] = set()  # nodes where a replica became or stopped being a spare
         for pool in self.pools.values():
             ours = [r for r in fleet.by_pool[pool.pool_id].values()
-                    if r.state in ("starting", "ready") and r.replaces is None]
+                    if r.state in ("starting", "ready") and r.replaces is None and not r.spare]
+            spare = [r for r in fleet.by_pool[pool.pool_id].values() if r.spare and r.state in ("starting", "ready")]
+            if pool.target == 0 and spare:  # a pool at zero is off: its spares go too
+                for r in spare:
+                    fleet.stop(r, t)
+                spare = []
             missing = pool.target - len(ours)
+            if missing > 0 and spare:
+                promoted = promote([(r.replica_id, False, r.state == "ready") for r in spare], 0, missing)
+                for rid in promoted:
+                    r = fleet.replicas[rid]
+                    r.spare = False
+                    staying[r.node.node_id].add(rid)
+                    changed_on.add(r.node.node_id)
+                    if t >= 0:
+                        fleet.totals.spares_promoted += 1
+                missing -= len(promoted)
             if missing > 0:
                 needs.append(pool.need(missing))
                 scaling_up.add(pool.pool_id)
             elif missing < 0:
                 nodes = [slots[nid] for nid in sorted({r.node.node_id for r in ours})]
                 for rid in choose_surplus(pool.pool_id, 0, -missing, nodes):
-                    fleet.stop(fleet.replicas[rid], t)
+                    r = fleet.replicas[rid]
+                    staying[r.node.node_id].discard(rid)
+                    if has_spares(self.spares, None) and keep_as_spare(
+                            r.state == "ready", bool(staying[r.node.node_id]), len(spare), pool.target,
+                            self.spare_max_ratio):
+                        r.spare = True
+                        spare.append(r)
+                        changed_on.add(r.node.node_id)
+                        if t >= 0:
+                            fleet.totals.spares_demoted += 1
+                    else:
+                        fleet.stop(r, t)
+        for nid in changed_on:  # placement sees the spares' slots as they are now
+            slots[nid] = self.slots(fleet.nodes[nid], t)
         if needs:
             plan = plan_placement(needs, list(slots.values()), self.offers)
             launched = {new.key: fleet.launch(new.offer, new.zones[0] if new.zones else None, t)
                         for new in plan.launches}
             for placed in plan.placed:
                 node = launched.get(placed.node_id) or fleet.nodes[placed.node_id]
-                fleet.place(placed.pool_id, node, placed.gpu_ids, self.pools[placed.pool_id].caps[node.offer.gpu_type],
-                            t)
+                self.place(placed.pool_id, node, placed.gpu_ids, t)
             if t >= 0:
                 fleet.totals.unplaced += sum(n for _, n, _ in plan.unplaced)
-        # nodes: release the empty ones after the TTL, time the underused ones
+        # nodes: release the empty ones after the TTL (a node holding only spares is empty), time the
+        # underused ones
         for node in list(fleet.nodes.values()):
-            if node.replicas:
+            held = [r for r in node.replicas.values() if not r.spare]
+            if held:
                 node.empty_since = None
-                under = node.ready_at <= t and node.used_gpus() / node.offer.gpu_count < self.budget.underused_fraction
+                used = sum(len(r.gpu_ids) for r in held)
+                under = node.ready_at <= t and used / node.offer.gpu_count < self.budget.underused_fraction
                 if not under:
                     node.underused_since = None
                 elif node.underused_since is None:
@@ -496,9 +562,53 @@ class Nimbus(Contender):
             # reconcile.emptied_by_consolidation: a node a consolidation emptied goes at once
             if t - node.empty_since >= self.empty_node_ttl_s or (RELEASE_CONSOLIDATED and
                                                                  node.consolidated_at is not None):
+                if node.replicas:  # reconcile.drain_spares_first: its spares drain, the node goes after
+                    for r in list(node.replicas.values()):
+                        if r.state != "stopping":
+                            fleet.stop(r, t)
+                    continue
                 fleet.release(node, t)
         if self.consolidation:
             self.consolidate(t, frozenset(scaling_up))
+        if has_spares(self.spares, None):
+            self.fill_spares(t)
+
+    def place(self, pool_id: str, node: Node, gpu_ids: tuple[int, ...], t: float, *,
+              replaces: str | None = None) -> Replica:
+        """A replica placed (or a move's copy): the spares on its GPUs stop first, and it waits for them."""
+        wait = self.fleet.evict(node, gpu_ids, t)
+        r = self.fleet.place(pool_id, node, gpu_ids, self.pools[pool_id].caps[node.offer.gpu_type], t,
+                             replaces=replaces)
+        r.ready_at += wait
+        return r
+
+    def fill_spares(self, t: float) -> None:
+        """``reconcile.fill_spares``: spares on the free slots of ready nodes billed for replicas of
+        their own and not being emptied (``spares.plan_spares``)."""
+        fleet = self.fleet
+        pools = {p.pool_id: p.need() for p in self.pools.values()}
+        serving: dict[str, float] = defaultdict(float)
+        spare: dict[str, float] = defaultdict(float)
+        candidates = []
+        for node in fleet.nodes.values():
+            for r in node.replicas.values():
+                if r.state not in ("starting", "ready"):
+                    continue
+                tps = tokens_per_s(pools[r.pool_id], node.offer.gpu_type)
+                if r.spare:
+                    spare[r.pool_id] += tps
+                elif r.replaces is None:
+                    serving[r.pool_id] += tps
+            if (node.ready_at <= t and node.consolidated_at is None
+                    and not any(r.moving or r.replaces is not None for r in node.replicas.values())
+                    and any(not r.spare and r.state != "stopping" for r in node.replicas.values())):
+                candidates.append(self.slots(node, t, with_spares=True))
+        for s in plan_spares(candidates, pools, serving, spare, max_ratio=self.spare_max_ratio):
+            node = fleet.nodes[s.node_id]
+            r = fleet.place(s.pool_id, node, s.gpu_ids, self.pools[s.pool_id].caps[node.offer.gpu_type], t)
+            r.spare = True
+            if t >= 0:
+                fleet.totals.spares_placed += 1
 
     def consolidate(self, t: float, scaling_up: frozenset[str]) -> None:
         fleet = self.fleet
@@ -521,12 +631,14 @@ class Nimbus(Contender):
             for move in action.moves:
                 original = fleet.replicas[move.replica_id]
                 node = targets.get(move.to_node) or fleet.nodes[move.to_node]
-                fleet.place(move.pool_id, node, move.gpu_ids, self.pools[move.pool_id].caps[node.offer.gpu_type], t,
-                            replaces=original.replica_id)
+                self.place(move.pool_id, node, move.gpu_ids, t, replaces=original.replica_id)
                 original.moving = True
                 if t >= 0:
                     fleet.totals.migrations += 1
-            fleet.nodes[action.node_id].consolidated_at = t
+            source = fleet.nodes[action.node_id]
+            source.consolidated_at = t
+            for r in [r for r in source.replicas.values() if r.spare and r.state in ("starting", "ready")]:
+                fleet.stop(r, t)  # reconcile.consolidate: a source's spares drain while the copies load
             if t >= 0:
                 fleet.totals.consolidation_actions[action.kind] += 1
 
@@ -558,7 +670,7 @@ class OracleNimbus(Nimbus):
         for pool in self.pools.values():
             rate = float(self.rates[pool.pool_id][min(k, len(self.rates[pool.pool_id]) - 1)])
             types = [r.gpu_type for r in self.fleet.by_pool[pool.pool_id].values()
-                     if r.replaces is None and r.state != "ended"]
+                     if r.replaces is None and r.state != "ended" and not r.spare]
             qps = (sum(pool.caps[g].qps for g in types) / len(types) if types
                    else max(c.qps for c in pool.caps.values()))
             floor = 0 if pool.variant.tail else pool.variant.min_replicas

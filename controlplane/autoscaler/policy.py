@@ -454,6 +454,8 @@ def acted_on(demand: Demand, reactive: ReactiveNeed, predicted: float, breach: i
 def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
            config: AutoscalerConfig | None = None) -> tuple[Decision, AutoscalerState]:
     config = config or AutoscalerConfig()
+    if spec.warm_surplus:
+        config = config.for_warm_surplus()
     now = obs.now
     active = [r for r in obs.replicas if r.active]
     ready = [r for r in active if r.state == "ready"]
@@ -522,7 +524,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     if floor == 0 and floor_reason is not None:
         target, why = 0, floor_reason
     else:
-        current = state.target if state.target is not None else len(active)
+        current = state.target if state.target is not None else sum(1 for r in active if not r.spare)
         target, why = apply_hysteresis(need, demand.units, current, need_samples, now, state, in_panic, config)
         if target < current and reactive.panic > target:
             # Never shrink below what the panic window needs: the replicas the fleet would stop

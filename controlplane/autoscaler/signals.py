@@ -36,6 +36,9 @@ class ReplicaSignal:
     started_at: float = 0.0
     ready_at: float | None = None
     gpus: int = 1
+    # A ready spare (``controlplane.fleet.spares``): it serves, so its load and capacity are the
+    # pool's, but it is not one of the replicas the pool's size counts.
+    spare: bool = False
 
     @property
     def active(self) -> bool:
@@ -61,6 +64,10 @@ class PoolSpec:
     # ``token_rate_history`` (weighted tokens/s, see ``weighted_tokens``), as Dynamo's planner
     # sizes from profiles. None: the policy learns it from observations.
     replica_tokens_per_s: float | None = None
+    # The fleet keeps a scale-down's surplus replicas warm as spares where their GPUs stay billed
+    # (``controlplane.fleet.spares``): a scale-down then gives up no warm capacity, and the policy
+    # uses its warm-surplus hysteresis (``AutoscalerConfig.for_warm_surplus``).
+    warm_surplus: bool = False
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from controlplane.autoscaler.signals import (
     weighted_tokens,
 )
 from controlplane.config import Settings
+from controlplane.fleet import spares
 from controlplane.fleet.edge_signals import read_edge_signals, redis_client
 from controlplane.models import (
     AutoscalerDecision,
@@ -91,6 +92,7 @@ def replica_signal(r: Replica, node: Node, gpus: int) -> ReplicaSignal:
         started_at=_ts(r.started_at) or _ts(r.created_at) or 0.0,
         ready_at=_ts(r.ready_at),
         gpus=gpus,
+        spare=bool(r.spare),
     )
 
 
@@ -132,6 +134,7 @@ class Observed:
     obs: PoolObservation
     state: AutoscalerState
     busy: bool  # a replica reported work in its last heartbeat
+    current: int = 0  # the pool's own replicas serving or on their way (spares aside): its size now
 
 
 def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime,
@@ -190,7 +193,10 @@ def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | 
     ).all()
     # A consolidation copy is the same replica as its original until it takes over; while it
     # loads it only says which GPU type its original will serve on (``serving_gpu_types``).
-    rows = [(r, n) for r, n in every if r.replaces_id is None or r.state == ReplicaState.ready]
+    # Spares (``fleet.spares``) do not count toward the pool's size, but a ready one serves: it is
+    # capacity the policy sees (its load, its TTFT, a burst it absorbs). One still loading is not.
+    rows = [(r, n) for r, n in every if (r.replaces_id is None or r.state == ReplicaState.ready)
+            and (not r.spare or r.state == ReplicaState.ready)]
     loading_copies = [(r.replaces_id, _gpu_type(n)) for r, n in every
                       if r.replaces_id is not None and r.state in (ReplicaState.pending, ReplicaState.starting)]
     replicas = [replica_signal(r, n, gpus) for r, n in rows]
@@ -231,7 +237,8 @@ def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | 
         tenant_gpu_quota=quota,
         tenant_gpus_in_use=in_use,
         replica_tokens_per_s=profiled_throughput(pool.variant.profiled_tokens_per_s or {},
-                                                 serving_gpu_types({r.id: _gpu_type(n) for r, n in rows}, loading_copies)),
+                                                 serving_gpu_types({r.id: _gpu_type(n) for r, n in rows if not r.spare},
+                                                                   loading_copies)),
     )
     obs = PoolObservation(
         now=now.timestamp(),
@@ -244,7 +251,7 @@ def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | 
         edge=edge,
     )
     state = AutoscalerState.from_json(json.dumps(pool.autoscaler_state) if pool.autoscaler_state else None)
-    return Observed(spec, obs, state, busy)
+    return Observed(spec, obs, state, busy, sum(1 for r in replicas if r.active and not r.spare))
 
 
 # ---------------------------------------------------------------- apply (writes)
@@ -274,7 +281,10 @@ def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Set
                    config: AutoscalerConfig | None = None, edge: EdgeSignals | None = None) -> str:
     seen = observe(session, pool, now, edge)
     config = config or AutoscalerConfig()
-    spec, floor = with_schedule(seen.spec, pool, seen.obs, config)
+    # The fleet keeps this pool's scale-down surplus warm as spares: the policy's hysteresis
+    # moves to the fleet (``AutoscalerConfig.for_warm_surplus``).
+    warm = spares.has_spares(settings.spare_replicas_enabled, pool.dedicated_tenant_id)
+    spec, floor = with_schedule(dataclasses.replace(seen.spec, warm_surplus=warm), pool, seen.obs, config)
     decision, new_state = decide(spec, seen.obs, seen.state, config)
     if floor.window is not None:
         decision = dataclasses.replace(
@@ -285,7 +295,7 @@ def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Set
         # The token rate in the signals is weighted: the decision says by what.
         decision = dataclasses.replace(
             decision, signals={**decision.signals, "output_token_weight": pool.variant.output_token_weight})
-    current = sum(1 for r in seen.obs.replicas if r.active)
+    current = seen.current
     pool.desired_replicas = decision.target_replicas
     if seen.busy:
         pool.last_request_at = now

@@ -111,6 +111,7 @@ class ReplicaRow:
     created_at: dt.datetime | None
     drain_deadline_at: dt.datetime | None
     stop_reason: str | None = None
+    spare: bool = False  # above the pool's desired_replicas, on GPUs billed anyway (fleet.spares)
     # str(id) and str(pool_id), as placement and consolidation name them (set by the readers).
     key: str = ""
     pool_key: str = ""
@@ -126,7 +127,7 @@ NODE_COLUMNS = (N.id, N.state, N.cloud, N.region, N.zone, N.instance_type, N.spo
                 N.dedicated_tenant_id, N.launch_spec, N.instance_id, N.agent_url, N.empty_since, N.underused_since,
                 N.drain_deadline_at)
 REPLICA_COLUMNS = (RT.id, RT.node_id, RT.pool_id, RT.state, RT.desired_state, RT.gpu_ids, RT.replaces_id,
-                   RT.model_ready_seconds, RT.created_at, RT.drain_deadline_at, RT.stop_reason)
+                   RT.model_ready_seconds, RT.created_at, RT.drain_deadline_at, RT.stop_reason, RT.spare)
 # JSON columns whose values repeat across rows are read as their JSON text and parsed once per
 # distinct text per tick (``_Parsed``), where the driver would decode every row's: a fleet holds few
 # distinct GPU index lists ([0], [2, 3], …), and a variant's needs repeat on each of its pools' rows.

@@ -39,7 +39,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
-from controlplane.fleet import blocklist, markets, placement_catalog, writes
+from controlplane.fleet import blocklist, markets, placement_catalog, spares, writes
 from controlplane.fleet.capacity import (
     ConsolidationBudget,
     HostedReplica,
@@ -49,7 +49,7 @@ from controlplane.fleet.capacity import (
 )
 from controlplane.fleet.consolidation import plan_consolidation
 from controlplane.fleet.leases import claimable
-from controlplane.fleet.placement import choose_surplus, fits_offer, plan_placement
+from controlplane.fleet.placement import choose_surplus, fits_offer, plan_placement, tokens_per_s
 from controlplane.fleet.provisioning import (
     CAPACITY_UNAVAILABLE,
     OPEN_STATES,
@@ -102,6 +102,10 @@ class TickResult:
     stopped: int = 0  # replicas told to stop (scale-down)
     terminated: int = 0  # nodes released
     moves: int = 0  # consolidation copies started
+    spares: int = 0  # spare replicas started on free GPU slots (fleet.spares)
+    promoted: int = 0  # spares that became regular replicas (a scale-up without a cold start)
+    demoted: int = 0  # surplus replicas kept as spares (their node stays billed)
+    evicted: int = 0  # spares stopped because placement or a move took their GPUs
     unplaced: dict[str, str] = field(default_factory=dict)  # pool id → why
     operations: list[tuple[uuid.UUID, OperationKind]] = field(default_factory=list)  # to run now
 
@@ -135,19 +139,22 @@ def move_ends(replicas: Sequence[ReplicaRow], by_id: dict[uuid.UUID, ReplicaRow]
 
 
 def node_slots(node: NodeRow, replicas: Sequence[ReplicaRow], shapes: placement_catalog.Shapes,
-               in_flight: set[uuid.UUID] = frozenset()) -> NodeSlots:
+               in_flight: set[uuid.UUID] = frozenset(), *, with_spares: bool = False) -> NodeSlots:
     spec = node.launch_spec or {}
     # Nodes launched before placement wrote GPU type, memory and price into the launch spec (rows
     # carried over by migration 0004) take them from the catalog.
     shape = shapes.get((node.cloud or spec.get("cloud"), node.region or spec.get("region"),
                         node.instance_type or spec.get("instance_type")))
+    # Spares hold their GPUs only until something else wants them (``fleet.spares``): placement
+    # and consolidation see those slots free, and whatever they put there stops the spare first.
+    # ``with_spares`` is the view that fills slots with spares: every GPU held is taken.
     hosted = tuple(
         HostedReplica(
             replica_id=r.key, pool_id=r.pool_key, gpu_ids=tuple(r.gpu_ids or ()), ready=r.state == R.ready,
             model_ready_s=float(r.model_ready_seconds or 60.0),
             moving=r.desired_state != RUN or (bool(in_flight) and r.id in in_flight),
         )
-        for r in replicas if r.state not in ENDED
+        for r in replicas if r.state not in ENDED and (with_spares or not r.spare)
     )
     return NodeSlots(
         node_id=node.key, cloud=node.cloud or spec.get("cloud") or "", region=node.region or spec.get("region") or "",
@@ -204,6 +211,7 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
     changes = RowWrites()  # the column changes to the rows read, written in batches
 
     finish_moves_and_drains(session, changes, fleet, by_id, now, settings)
+    spares_on = settings.spare_replicas_enabled
     catalog = placement_catalog.load(session)
     blocks = blocklist.active_blocks(session, now)
     offers = placement_catalog.offers(catalog, blocks, now)
@@ -223,13 +231,24 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
     # would be pools × replicas).
     counted: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)
     counted_spot: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)
+    spare_rows: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)  # wanted spares, per pool
+    changed_on: set[uuid.UUID] = set()  # nodes where a replica became or stopped being a spare this tick
     for r in fleet.replicas:
         # counts_for_pool, with its common case (a wanted replica that is no move's copy) inline
         if (r.desired_state == RUN and r.state not in ENDED and (r.replaces_id is None or counts_for_pool(r, by_id))
                 and (node := fleet.nodes[r.node_id]).state in PLACEABLE_NODE_STATES):
+            if r.spare:
+                spare_rows[r.pool_id].append(r)
+                continue
             counted[r.pool_id].append(r)
             if node.spot:
                 counted_spot[r.pool_id].append(r)
+    # Each node's regular replicas that stay: a surplus replica is kept as a spare only where its
+    # node stays billed for another one.
+    staying: dict[uuid.UUID, set[uuid.UUID]] = defaultdict(set)
+    for rows in counted.values():
+        for r in rows:
+            staying[r.node_id].add(r.id)
     spot_blocks = [(b.cloud, b.region, b.expires_at) for b in blocks if b.spot is not False]
     cheapest: dict[tuple, float | None] = {}  # pools that need alike share their cheapest prices
     pool_needs: dict[uuid.UUID, PoolNeed] = {}  # what consolidation reads too
@@ -238,6 +257,11 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
             continue
         ours = counted.get(pool.id, [])
         spot_now = counted_spot.get(pool.id, [])
+        if pool.desired_replicas == 0 and spare_rows.get(pool.id):
+            # A pool at zero is off (idle, or an operator's 0): its spares go too.
+            for r in spare_rows.pop(pool.id):
+                writes.stop_replica(r, fleet.nodes, now, settings, reason="pool scaled to zero", changes=changes)
+                result.stopped += 1
         need = pool_needs[pool.id] = pool_need(pool)
         mix = markets.split_by_capacity_type(
             pool.spot_policy.value, pool.spot_base_on_demand, pool.desired_replicas,
@@ -247,6 +271,18 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
             now=now.timestamp(), ready_spot=sum(1 for r in spot_now if r.state == R.ready))
         missing_spot = mix.spot - len(spot_now)
         missing_od = mix.on_demand - (len(ours) - len(spot_now))
+        if (missing_spot > 0 or missing_od > 0) and spare_rows.get(pool.id):
+            promoted = spares.promote(
+                [(r.key, fleet.nodes[r.node_id].spot, r.state == R.ready) for r in spare_rows[pool.id]],
+                max(0, missing_spot), max(0, missing_od))
+            for replica_id in promoted:
+                r = by_id[uuid.UUID(replica_id)]
+                changes.set(r, spare=False)
+                staying[r.node_id].add(r.id)
+                changed_on.add(r.node_id)
+                missing_spot -= fleet.nodes[r.node_id].spot
+                missing_od -= not fleet.nodes[r.node_id].spot
+            result.promoted += len(promoted)
         if missing_spot > 0 or missing_od > 0:
             needs.append(dataclasses.replace(need, missing_spot=max(0, missing_spot),
                                              missing_on_demand=max(0, missing_od)))
@@ -255,9 +291,22 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
             victims = choose_surplus(str(pool.id), max(0, -missing_spot), max(0, -missing_od),
                                      [slots[r.node_id] for r in ours if r.node_id in slots])
             for replica_id in victims:
-                writes.stop_replica(by_id[uuid.UUID(replica_id)], fleet.nodes, now, settings, reason="scale down",
-                                    changes=changes)
+                victim = by_id[uuid.UUID(replica_id)]
+                staying[victim.node_id].discard(victim.id)
+                if spares.has_spares(spares_on, pool.dedicated_tenant_id) and spares.keep_as_spare(
+                        victim.state == R.ready, bool(staying[victim.node_id]), len(spare_rows[pool.id]),
+                        pool.desired_replicas, settings.spare_max_ratio):
+                    changes.set(victim, spare=True)  # its GPUs stay billed: it stays warm
+                    spare_rows[pool.id].append(victim)
+                    changed_on.add(victim.node_id)
+                    result.demoted += 1
+                    continue
+                writes.stop_replica(victim, fleet.nodes, now, settings, reason="scale down", changes=changes)
                 result.stopped += 1
+    if changed_on:  # placement sees the spares' slots as they are now
+        on_node = fleet.on_node()
+        for node_id in changed_on:
+            slots[node_id] = node_slots(fleet.nodes[node_id], on_node.get(node_id, []), shapes, in_flight)
     if needs:
         plan = plan_placement(needs, list(slots.values()), offers)
         for new in plan.launches:
@@ -267,6 +316,8 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
             launch_ops.append(op)
         for placed in plan.placed:
             node = launches.get(placed.node_id) or fleet.nodes[uuid.UUID(placed.node_id)]
+            result.evicted += evict_spares(fleet, node, placed.gpu_ids, now, settings, changes,
+                                           reason=f"evicted: its GPUs were placed for pool {placed.pool_id}")
             fleet.add_replica(writes.add_replica(session, fleet.pools[uuid.UUID(placed.pool_id)], node,
                                                  placed.gpu_ids, now))
             result.placed += 1
@@ -291,7 +342,8 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
     releases: list[tuple[NodeRow, str]] = []
     maybe_consolidated: list[NodeRow] = []  # empty nodes whose consolidation record decides
     for node in list(fleet.nodes.values()):
-        held = [r for r in by_node.get(node.id, ()) if r.state not in ENDED]  # holds_gpus
+        # holds_gpus, spares aside: a node that holds only spares is empty (they never keep one billed)
+        held = [r for r in by_node.get(node.id, ()) if r.state not in ENDED and not r.spare]
         if node.state == S.draining:
             if reason := _drain_finished(node, node.id in drained, now):
                 releases.append((node, reason))
@@ -318,6 +370,7 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
         load_node_metrics(session, maybe_consolidated)  # one statement for all of them
         releases += [(node, "empty: a consolidation moved its replicas away") for node in maybe_consolidated
                      if emptied_by_consolidation(node, now, settings)]
+    releases = drain_spares_first(releases, by_node, fleet, now, settings, changes)
     # Released in the order the nodes were walked.
     order = {node_id: i for i, node_id in enumerate(fleet.nodes)}
     releases.sort(key=lambda item: order[item[0].id])
@@ -329,6 +382,9 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
     if settings.consolidation_enabled:
         result.moves = consolidate(session, changes, fleet, offers, shapes, budget, scaling_up, now, settings, result,
                                    launch_ops, pool_needs=pool_needs, sized=sized)
+    if spares_on:
+        result.spares = fill_spares(session, changes, fleet, shapes, pool_needs, settings, now,
+                                    released={node.id for node, _ in releases})
     session.flush()  # every new node (with its replicas) first: the launch operations reference them
     changes.flush(session)
     session.add_all(launch_ops)
@@ -544,10 +600,90 @@ def consolidate(session: Session, changes: RowWrites, fleet: Fleet, offers: Sequ
         for move in action.moves:
             original = by_id[uuid.UUID(move.replica_id)]
             node = target_nodes.get(move.to_node) or fleet.nodes[uuid.UUID(move.to_node)]
+            result.evicted += evict_spares(fleet, node, move.gpu_ids, now, settings, changes,
+                                           reason=f"evicted: its GPUs were taken by a move of replica {original.id}")
             copy = writes.add_replica(session, fleet.pools[original.pool_id], node, move.gpu_ids, now,
                                       replaces=original)
             fleet.add_replica(copy)
             started += 1
-        writes.record_consolidation(session, changes, fleet.nodes[uuid.UUID(action.node_id)], action, fleet.pools,
-                                    now)
+        source = fleet.nodes[uuid.UUID(action.node_id)]
+        # Its spares drain while the copies load: by the time the originals stop, the node is empty
+        # and goes at once (a node waiting on spares would still look free to the next moves).
+        for spare in [r for r in fleet.on_node().get(source.id, ()) if r.spare and r.desired_state == RUN]:
+            writes.stop_replica(spare, fleet.nodes, now, settings, reason="its node is being emptied by a consolidation",
+                                changes=changes)
+        writes.record_consolidation(session, changes, source, action, fleet.pools, now)
     return started
+
+
+# ---------------------------------------------------------------- spares
+def drain_spares_first(releases: list[tuple[NodeRow, str]], by_node: dict[uuid.UUID, list[ReplicaRow]],
+                       fleet: Fleet, now: dt.datetime, settings: Settings,
+                       changes: RowWrites) -> list[tuple[NodeRow, str]]:
+    """An empty node that still holds spares is not released under them: they serve traffic
+    (the edge routes to them until its next snapshot), so they drain like any replica told to
+    stop, and the node goes at a later tick, once they have. A node drained as a whole has
+    drained them already."""
+    kept = []
+    for node, reason in releases:
+        spares_left = [r for r in by_node.get(node.id, ()) if r.spare and r.state not in ENDED]
+        if node.state == S.draining or not spares_left:
+            kept.append((node, reason))
+            continue
+        for r in spares_left:
+            writes.stop_replica(r, fleet.nodes, now, settings, reason=f"its node is released ({reason})",
+                                changes=changes)
+    return kept
+
+
+def evict_spares(fleet: Fleet, node: NodeRow, gpu_ids: Sequence[int], now: dt.datetime, settings: Settings,
+                 changes: RowWrites, *, reason: str) -> int:
+    """Stop the spares on ``node`` that hold any of ``gpu_ids``: a replica was just placed there.
+    The agent starts the new engine once the spare's engine has let its GPUs go."""
+    on_node = [r for r in fleet.on_node().get(node.id, ()) if r.spare and r.state not in ENDED
+               and r.desired_state == RUN]
+    victims = spares.overlapping(gpu_ids, [(r.key, r.gpu_ids or ()) for r in on_node])
+    by_key = {r.key: r for r in on_node}
+    for key in victims:
+        writes.stop_replica(by_key[key], fleet.nodes, now, settings, reason=reason, changes=changes)
+    return len(victims)
+
+
+def fill_spares(session: Session, changes: RowWrites, fleet: Fleet, shapes: placement_catalog.Shapes,
+                pool_needs: dict[uuid.UUID, PoolNeed], settings: Settings, now: dt.datetime, *,
+                released: set[uuid.UUID]) -> int:
+    """Start spares on the free GPU slots of ready nodes that stay billed for replicas of their
+    own (``spares.plan_spares``). Not on a node being emptied by a consolidation (its slots
+    are about to go), nor for paused pools or those without spares (``spares.has_spares``)."""
+    by_node = fleet.on_node()
+    by_id = fleet.by_id
+    in_flight = move_ends(fleet.replicas, by_id)
+    emptying = {by_id[c.replaces_id].node_id for c in fleet.replicas
+                if c.id in in_flight and c.replaces_id is not None and c.replaces_id in by_id}
+    eligible = {str(p.id): pool_needs[p.id] for p in fleet.pools.values()
+                if p.id in pool_needs and not p.paused and spares.has_spares(True, p.dedicated_tenant_id)}
+    serving: dict[str, float] = defaultdict(float)
+    spare_tps: dict[str, float] = defaultdict(float)
+    nodes: list[NodeSlots] = []
+    for node in fleet.nodes.values():
+        if node.state not in PLACEABLE_NODE_STATES or node.id in released:
+            continue
+        rows = [r for r in by_node.get(node.id, ()) if r.state not in ENDED]
+        slots = node_slots(node, rows, shapes, in_flight, with_spares=True)
+        for r in rows:
+            if r.desired_state != RUN or r.pool_key not in eligible:
+                continue
+            tps = tokens_per_s(eligible[r.pool_key], slots.gpu_type)
+            if r.spare:
+                spare_tps[r.pool_key] += tps
+            elif r.replaces_id is None or counts_for_pool(r, by_id):
+                serving[r.pool_key] += tps
+        anchored = any(not r.spare and r.desired_state == RUN for r in rows)
+        if node.state == S.ready and anchored and node.id not in emptying and slots.free_gpus:
+            nodes.append(slots)
+    planned = spares.plan_spares(nodes, eligible, serving, spare_tps, max_ratio=settings.spare_max_ratio)
+    for spare in planned:
+        node = fleet.nodes[uuid.UUID(spare.node_id)]
+        fleet.add_replica(writes.add_replica(session, fleet.pools[uuid.UUID(spare.pool_id)], node, spare.gpu_ids,
+                                             now, spare=True))
+    return len(planned)

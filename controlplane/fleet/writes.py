@@ -139,14 +139,14 @@ def add_node(session: Session, new: NewNode, now: dt.datetime, settings: Setting
 
 
 def add_replica(session: Session, pool: PoolRow, node: NodeRow, gpu_ids: tuple[int, ...], now: dt.datetime, *,
-                replaces: ReplicaRow | None = None) -> ReplicaRow:
+                replaces: ReplicaRow | None = None, spare: bool = False) -> ReplicaRow:
     """A pending replica of ``pool`` on ``gpu_ids`` of ``node`` (added to the session; returned as
-    the tick's row of it)."""
+    the tick's row of it); ``spare``: above the pool's size, on GPUs billed anyway (``fleet.spares``)."""
     replica = Replica(
         id=uuid.uuid4(), node_id=node.id, pool_id=pool.id, variant_id=pool.variant_id, state=R.pending,
         desired_state=ReplicaDesiredState.running, gpu_ids=sorted(gpu_ids),
         replaces_id=replaces.id if replaces is not None else None, created_at=now, metrics={}, ready_breakdown={},
-        restarts=0,
+        restarts=0, spare=spare,
     )
     session.add(replica)
     return replica_row(replica)

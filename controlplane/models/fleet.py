@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from sqlalchemy import Boolean, CheckConstraint, Float, ForeignKey, Index, Integer, String, Uuid
+from sqlalchemy import Boolean, CheckConstraint, Float, ForeignKey, Index, Integer, String, Uuid, false
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from controlplane.db.base import Base, Timestamps, UUIDPrimaryKey
@@ -145,6 +145,10 @@ class Replica(UUIDPrimaryKey, Timestamps, Base):
     # Consolidation: this replica is the make-before-break copy of that one, which drains only once
     # this one is ready. No foreign key: the original's row may go first.
     replaces_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    # A spare: placed by the fleet on GPUs its node pays for anyway, above the pool's
+    # ``desired_replicas``. It serves like any replica, is promoted when the pool grows and stops
+    # first when placement or consolidation wants its GPUs (``controlplane.fleet.spares``).
+    spare: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # When a replica told to stop is given up on if its agent never reports it stopped.
     drain_deadline_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     stop_reason: Mapped[str | None] = mapped_column(String(200))  # why it was told to stop

@@ -99,6 +99,7 @@ class Holder:
     state: str  # display state: a replica told to stop reads "draining"
     desired_state: str
     copy_of: str | None  # short id of the replica this consolidation copy replaces
+    spare: bool = False  # above its pool's size on GPUs billed anyway (controlplane.fleet.spares)
 
     @property
     def short_id(self) -> str:
@@ -120,7 +121,9 @@ class Slot:
 
     @property
     def conflict(self) -> bool:  # two replicas claim one GPU: a bug worth seeing
-        return len(self.holders) > 1
+        # A spare told to stop for the replica placed on its GPUs is not one: that replica waits
+        # on its agent until the spare's engine has let them go.
+        return sum(1 for h in self.holders if not (h.spare and h.stop_requested)) > 1
 
 
 def holder(replica: Any, pool_names: Mapping[str, str]) -> Holder:
@@ -129,6 +132,7 @@ def holder(replica: Any, pool_names: Mapping[str, str]) -> Holder:
         replica_id=str(replica.id), pool_id=pool_id, pool_name=pool_names.get(pool_id, _short(pool_id)),
         state=display_state(replica), desired_state=_value(replica.desired_state) or "running",
         copy_of=_short(replica.replaces_id) if getattr(replica, "replaces_id", None) else None,
+        spare=bool(getattr(replica, "spare", False)),
     )
 
 

@@ -23,9 +23,10 @@ def node(gpus=8, state=NodeState.ready, price=None, instance_type="p5.48xlarge",
                            instance_type=instance_type, spot=spot, launch_spec=kw.pop("launch_spec", spec), **kw)
 
 
-def replica(n, pool, gpus, state=ReplicaState.ready, desired=ReplicaDesiredState.running, replaces=None):
+def replica(n, pool, gpus, state=ReplicaState.ready, desired=ReplicaDesiredState.running, replaces=None,
+            spare=False):
     return SimpleNamespace(id=uuid.uuid4(), node_id=n.id, pool_id=pool, gpu_ids=list(gpus), state=state,
-                           desired_state=desired, replaces_id=replaces)
+                           desired_state=desired, replaces_id=replaces, spare=spare)
 
 
 def test_slot_map_names_holders_and_free_slots():
@@ -43,6 +44,12 @@ def test_slot_map_names_holders_and_free_slots():
     assert slot_map(2, [gone], NAMES)[1].free
     clash = slot_map(1, [replica(n, POOL_A, [0]), replica(n, POOL_B, [0])], NAMES)[0]
     assert clash.conflict and not clash.free
+    # A spare told to stop for the replica placed on its GPU is no clash (that one waits for it);
+    # a spare that is not stopping is.
+    evicted = replica(n, POOL_B, [0], desired=ReplicaDesiredState.stopped, spare=True)
+    handover = slot_map(1, [evicted, replica(n, POOL_A, [0], state=ReplicaState.pending)], NAMES)[0]
+    assert not handover.conflict and [h.spare for h in handover.holders] == [True, False]
+    assert slot_map(1, [replica(n, POOL_B, [0], spare=True), replica(n, POOL_A, [0])], NAMES)[0].conflict
 
 
 def test_prices_come_from_the_launch_spec_then_the_catalog_market():

@@ -28,8 +28,9 @@ from tests.provisioning.test_gpu_packing import H100_4, H100_8, assert_no_gpu_tw
 
 
 def running_replicas(settings, pool_id: str) -> list[Replica]:
+    """The pool's own replicas wanted running (spares on the nodes' free slots aside)."""
     with session_scope(settings) as s:
-        return list(s.scalars(select(Replica).where(Replica.pool_id == uuid.UUID(pool_id),
+        return list(s.scalars(select(Replica).where(Replica.pool_id == uuid.UUID(pool_id), Replica.spare.is_(False),
                                                     Replica.desired_state == ReplicaDesiredState.running)))
 
 

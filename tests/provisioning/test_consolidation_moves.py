@@ -67,10 +67,11 @@ class AgentsByHand:
 
 
 def serving(settings) -> dict[uuid.UUID, list[Replica]]:
-    """Ready replicas that take traffic, by pool."""
+    """Ready replicas that take traffic, by pool: the pool's own, spares aside (spares serve too,
+    but a pool's floor is its own replicas: ``fleet.spares``)."""
     out: dict[uuid.UUID, list[Replica]] = defaultdict(list)
     with session_scope(settings) as s:
-        for r in s.scalars(select(Replica).where(Replica.state == ReplicaState.ready,
+        for r in s.scalars(select(Replica).where(Replica.state == ReplicaState.ready, Replica.spare.is_(False),
                                                  Replica.desired_state == ReplicaDesiredState.running)):
             out[r.pool_id].append(r)
     return out

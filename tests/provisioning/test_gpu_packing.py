@@ -66,16 +66,29 @@ def replicas(settings, pool_id: str | None = None) -> list[Replica]:
 
 
 def assert_no_gpu_twice(settings) -> None:
+    """No GPU is held by two replicas, but for one case: a spare told to stop because a replica
+    was placed on its GPUs (``fleet.spares``), while that replica has not started (its agent
+    starts it once the spare's engine has let the GPUs go: tests/agent cover the wait)."""
     with session_scope(settings) as s:
-        held = s.execute(select(Replica.node_id, Replica.gpu_ids)
+        held = s.execute(select(Replica.node_id, Replica.gpu_ids, Replica.spare, Replica.desired_state, Replica.state)
                          .where(Replica.state.not_in([ReplicaState.stopped, ReplicaState.failed]))).all()
         totals = dict(s.execute(select(Node.id, Node.gpus_total)).all())
     seen: dict[uuid.UUID, set[int]] = {}
-    for node_id, gpus in held:
+    evicted: dict[uuid.UUID, set[int]] = {}
+    waiting: dict[uuid.UUID, set[int]] = {}
+    for node_id, gpus, spare, desired, state in held:
+        assert all(0 <= g < totals[node_id] for g in gpus)
+        if spare and desired == ReplicaDesiredState.stopped:
+            evicted.setdefault(node_id, set()).update(gpus)
+            continue
         taken = seen.setdefault(node_id, set())
         assert not taken & set(gpus), f"GPU handed out twice on node {node_id}: {gpus} vs {taken}"
-        assert all(0 <= g < totals[node_id] for g in gpus)
         taken.update(gpus)
+        if state == ReplicaState.pending:
+            waiting.setdefault(node_id, set()).update(gpus)
+    for node_id, gpus in evicted.items():
+        shared = gpus & seen.get(node_id, set())
+        assert shared <= waiting.get(node_id, set()), f"a stopping spare's GPUs {shared} run another engine"
 
 
 async def test_three_one_gpu_replicas_on_eight_gpu_shapes_launch_one_instance(

@@ -184,9 +184,11 @@ def test_statement_count_stays_flat_as_pools_and_nodes_grow(settings):
     many = measure_tick(settings)
     assert (few.pools, many.pools) == (8, 80)
     assert (len(small.node_ids), len(large.node_ids)) == (3, 30)
-    assert (few.placed, few.stopped, many.placed, many.stopped) == (2, 2, 20, 20)
-    # The seeded nodes are full (a stopped replica keeps its GPU until its agent confirms): new nodes.
-    assert (few.launched, many.launched) == (1, 3)
+    # The shrinking pools' replicas stay as spares (their nodes stay billed for the others), and
+    # the growing pools' new replicas take their GPUs (the spares stop first): no new node.
+    assert (few.placed, few.demoted, many.placed, many.demoted) == (2, 2, 20, 20)
+    assert (few.evicted, many.evicted, few.stopped, many.stopped) == (2, 20, 0, 0)
+    assert (few.launched, many.launched) == (0, 0)
     assert many_steady.statements == few_steady.statements, (few_steady.by_verb, many_steady.by_verb)
     assert few_steady.statements <= 12, few_steady.by_verb
     assert many.by_verb == few.by_verb, (few.by_verb, many.by_verb)

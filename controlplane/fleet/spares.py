@@ -1,0 +1,120 @@
+"""Spare replicas: GPUs the fleet pays for anyway, put to work for the pools that may need them.
+
+A node is billed whole. The GPU slots its replicas leave free (the packing floor of 2- and
+4-GPU replicas on 8-GPU VMs, a scale-down that did not empty its node, a node kept for its other
+replicas) cost the same whether they idle or serve. A *spare* is a replica on such slots above
+what its pool asked for (``desired_replicas``):
+
+* it serves its pool's traffic like any replica (the edge routes to it), so a burst or a ramp
+  meets warm capacity instead of a cold start;
+* it does not count toward the pool's size: the autoscaler decides as if it were not there,
+  and a scale-up **promotes** it (a replica ready at once) before anything is placed;
+* a scale-down **demotes** a ready replica whose node stays billed for others, instead of
+  stopping it: the GPUs are paid either way, and the replica stays warm;
+* placement and consolidation do not see it: its slots are free to them, and when they take
+  them the spare stops first (the agent starts the new engine once its GPUs are released).
+
+So spares never launch a VM, never keep one alive (a node holding only spares is empty) and
+never stand in the way of packing: the hysteresis that keeps warm replicas around moves from the
+autoscaler, where it costs a replica's GPUs, to the fleet, where it costs nothing.
+
+Pure functions; ``controlplane.fleet.reconcile`` reads the rows and writes the answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from controlplane.fleet.capacity import NodeSlots, PoolNeed
+from controlplane.fleet.placement import fits_node, pick_gpus, tokens_per_s
+
+
+@dataclass(frozen=True)
+class Spare:
+    """A spare replica of ``pool_id`` to start on ``gpu_ids`` of node ``node_id``."""
+
+    pool_id: str
+    node_id: str
+    gpu_ids: tuple[int, ...]
+
+
+def plan_spares(nodes: Sequence[NodeSlots], pools: Mapping[str, PoolNeed], serving: Mapping[str, float],
+                spare: Mapping[str, float], *, max_ratio: float) -> list[Spare]:
+    """Spares for the free GPU slots of ``nodes``.
+
+    ``nodes``: the nodes whose free slots may take spares (ready, billed for replicas of their
+    own, not being emptied), every GPU-holding replica on them included, spares too.
+    ``serving`` / ``spare``: each pool's profiled tokens/s in regular and in spare replicas now.
+    Only pools that serve get spares (an idle scale-to-zero pool stays at zero).
+
+    Each free slot goes to the pool with the least spare capacity for its size (spare /
+    serving, lowest first; the larger pool on a tie): every serving pool that fits gets a first
+    spare before any gets a second, and after that spare capacity grows in proportion to load,
+    as bursts do. A pool's spares stop at ``max_ratio`` × its serving capacity (a 1.8-3x burst
+    needs up to 2x), except for its first, which always fits."""
+    spare = dict(spare)
+    out: list[Spare] = []
+    candidates = sorted(p for p, tps in serving.items() if tps > 0 and p in pools)
+    for node in sorted(nodes, key=lambda n: n.node_id):
+        free = set(node.free_gpus)
+        while free:
+            best: tuple[tuple[float, float], str, tuple[int, ...], float] | None = None
+            for pool_id in candidates:
+                need = pools[pool_id]
+                if need.gpus_per_replica > len(free) or not fits_node(need, node):
+                    continue
+                tps = tokens_per_s(need, node.gpu_type)
+                if tps <= 0:
+                    continue
+                have = spare.get(pool_id, 0.0)
+                if have > 0 and have + tps > max_ratio * serving[pool_id]:
+                    continue
+                gpus = pick_gpus(free, node.gpus_total, need.gpus_per_replica)
+                if gpus is None:
+                    continue
+                key = (have / serving[pool_id], -serving[pool_id])
+                if best is None or key < best[0]:
+                    best = (key, pool_id, gpus, tps)
+            if best is None:
+                break
+            _, pool_id, gpus, tps = best
+            out.append(Spare(pool_id, node.node_id, gpus))
+            spare[pool_id] = spare.get(pool_id, 0.0) + tps
+            free -= set(gpus)
+    return out
+
+
+def promote(spares: Sequence[tuple[str, bool, bool]], missing_spot: int, missing_on_demand: int) -> list[str]:
+    """The spares (``(id, on_spot, ready)``) that become regular replicas of a pool that grows,
+    per market: ready ones first (capacity at once), then those still loading (a head start on
+    a cold start)."""
+    out: list[str] = []
+    left = {True: missing_spot, False: missing_on_demand}
+    for spare_id, on_spot, _ in sorted(spares, key=lambda s: (not s[2], s[0])):
+        if left[on_spot] > 0:
+            out.append(spare_id)
+            left[on_spot] -= 1
+    return out
+
+
+def has_spares(enabled: bool, dedicated_tenant_id: object | None) -> bool:
+    """Whether a pool gets spares (and keeps a scale-down's surplus as spares): where the
+    operator enabled them, and not for a dedicated pool, whose tenant's GPU quota counts every
+    replica it holds (a spare would take quota from the pool's own scale-ups)."""
+    return enabled and dedicated_tenant_id is None
+
+
+def keep_as_spare(ready: bool, node_stays: bool, spares_now: int, desired: int, max_ratio: float) -> bool:
+    """Whether a surplus replica of a scale-down (of a pool that ``has_spares``) becomes a spare
+    instead of stopping: it is warm, and its node stays billed for another replica (stopping it
+    would save nothing). Not for a pool going to zero (idle, or an operator's 0: it is off), nor
+    past ``max_ratio`` spares per replica the pool keeps."""
+    return ready and node_stays and desired > 0 and spares_now + 1 <= max_ratio * desired
+
+
+def overlapping(gpu_ids: Sequence[int], spares: Sequence[tuple[str, Sequence[int]]]) -> list[str]:
+    """The spares (``(id, gpu_ids)`` on one node) that hold any of ``gpu_ids``: what must stop
+    for a replica placed there."""
+    wanted = set(gpu_ids)
+    return [spare_id for spare_id, held in spares if wanted & set(held)]

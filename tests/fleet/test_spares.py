@@ -1,0 +1,115 @@
+"""Spare replicas as pure policy (``controlplane.fleet.spares``): which free slots they take,
+which spares a growing pool promotes, when a surplus replica stays as one, what a placement evicts."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controlplane.fleet.capacity import HostedReplica, NodeSlots, PoolNeed
+from controlplane.fleet.spares import keep_as_spare, overlapping, plan_spares, promote
+
+
+def node(node_id: str, total: int, held: dict[str, tuple[int, ...]] = (), *, gpu_type: str = "h100",
+         dedicated: str | None = None, memory: float = 80.0) -> NodeSlots:
+    hosted = tuple(HostedReplica(replica_id=f"{node_id}-{pool}-{i}", pool_id=pool, gpu_ids=gpus, ready=True)
+                   for i, (pool, gpus) in enumerate(dict(held).items()))
+    return NodeSlots(node_id=node_id, cloud="aws", region="us-east-1", zone="us-east-1a", instance_type="x",
+                     gpu_type=gpu_type, gpus_total=total, spot=False, dedicated_tenant_id=dedicated,
+                     price_per_hour=10.0 * total, replicas=hosted, gpu_memory_gb=memory)
+
+
+def need(pool_id: str, gpus: int = 1, *, types: tuple[str, ...] = ("h100",), tps: dict | None = None,
+         dedicated: str | None = None, memory: float = 40.0) -> PoolNeed:
+    return PoolNeed(pool_id=pool_id, gpus_per_replica=gpus, gpu_memory_gb=memory, gpu_types=types,
+                    dedicated_tenant_id=dedicated, tokens_per_s=tps or {"h100": 1000.0})
+
+
+def test_free_slots_go_to_the_pool_with_the_least_spare_capacity_for_its_size():
+    # Pool a serves 4x what b serves: of four free GPUs each gets a first spare, then a gets the
+    # rest (its spare capacity is the smaller share of its load).
+    n = node("n1", 8, {"a": (0, 1, 2), "b": (3,)})
+    pools = {"a": need("a"), "b": need("b")}
+    out = plan_spares([n], pools, {"a": 4000.0, "b": 1000.0}, {}, max_ratio=2.0)
+    got = sorted(s.pool_id for s in out)
+    assert got == ["a", "a", "a", "b"]
+    gpus = [g for s in out for g in s.gpu_ids]
+    assert sorted(gpus) == [4, 5, 6, 7]  # exactly the free GPUs, each once
+
+
+def test_a_pool_stops_at_its_ratio_and_pools_that_do_not_serve_get_none():
+    n = node("n1", 8, {"a": (0,)})
+    pools = {"a": need("a"), "idle": need("idle")}
+    out = plan_spares([n], pools, {"a": 1000.0, "idle": 0.0}, {}, max_ratio=2.0)
+    assert [s.pool_id for s in out] == ["a", "a"]  # 2x its serving capacity, then the slots stay free
+    # Spares it already has count against the ratio.
+    assert plan_spares([n], pools, {"a": 1000.0}, {"a": 2000.0}, max_ratio=2.0) == []
+    # The first spare always fits, even past the ratio (a 4x-faster GPU type for a small pool).
+    fast = node("n2", 2, {"a": (0,)}, gpu_type="b200")
+    pools_fast = {"a": need("a", types=("h100", "b200"), tps={"h100": 1000.0, "b200": 4000.0})}
+    assert [s.pool_id for s in plan_spares([fast], pools_fast, {"a": 1000.0}, {}, max_ratio=2.0)] == ["a"]
+
+
+def test_spares_respect_gpu_type_memory_replica_size_and_dedication():
+    shared = node("n1", 8, {"x": (0, 1, 2, 3, 4, 5)}, gpu_type="l40s", memory=48.0)
+    pools = {
+        "h100-only": need("h100-only"),
+        "big": need("big", gpus=4, types=("l40s",), tps={"l40s": 500.0}),
+        "hungry": need("hungry", types=("l40s",), tps={"l40s": 500.0}, memory=60.0),
+        "theirs": need("theirs", types=("l40s",), tps={"l40s": 500.0}, dedicated="t1"),
+        "pair": need("pair", gpus=2, types=("l40s",), tps={"l40s": 500.0}),
+    }
+    serving = {p: 1000.0 for p in pools}
+    out = plan_spares([shared], pools, serving, {}, max_ratio=2.0)
+    assert [(s.pool_id, s.gpu_ids) for s in out] == [("pair", (6, 7))]
+    # A dedicated node takes its tenant's pools only.
+    mine = node("n2", 2, {"theirs": (0,)}, gpu_type="l40s", memory=48.0, dedicated="t1")
+    assert [s.pool_id for s in plan_spares([mine], pools, serving, {}, max_ratio=2.0)] == ["theirs"]
+
+
+def test_promotion_takes_ready_spares_first_and_keeps_to_each_market():
+    spares = [("s1", False, False), ("s2", False, True), ("s3", True, True), ("s4", False, True)]
+    assert promote(spares, 0, 2) == ["s2", "s4"]
+    assert promote(spares, 1, 3) == ["s2", "s3", "s4", "s1"]
+    assert promote(spares, 0, 0) == []
+
+
+def test_a_surplus_replica_stays_as_a_spare_only_where_it_saves_nothing_to_stop_it():
+    assert keep_as_spare(True, True, False, 0, 3, 2.0)
+    assert not keep_as_spare(False, True, False, 0, 3, 2.0)  # still loading: nothing warm to keep
+    assert not keep_as_spare(True, False, False, 0, 3, 2.0)  # its node would go: stopping it saves the node
+    assert not keep_as_spare(True, True, True, 0, 3, 2.0)  # a dedicated pool's quota counts every replica
+    assert not keep_as_spare(True, True, False, 0, 0, 2.0)  # a pool going to zero is off
+    assert not keep_as_spare(True, True, False, 6, 3, 2.0)  # past max_ratio spares per replica
+
+
+def test_a_placement_evicts_exactly_the_spares_on_its_gpus():
+    spares = [("s1", (0,)), ("s2", (1, 2)), ("s3", (3,))]
+    assert overlapping((2, 3), spares) == ["s2", "s3"]
+    assert overlapping((4,), spares) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(0, 255)), min_size=1, max_size=6),
+       st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.floats(0, 5000)), min_size=1, max_size=5),
+       st.floats(0.5, 3.0))
+def test_spares_never_take_a_gpu_that_is_held_or_handed_out_twice(shapes, pool_specs, ratio):
+    nodes = []
+    for i, (total, mask) in enumerate(shapes):
+        held = tuple(g for g in range(total) if mask >> g & 1)
+        nodes.append(node(f"n{i}", total, {"x": held} if held else {}))
+    pools = {f"p{i}": need(f"p{i}", gpus) for i, (gpus, _) in enumerate(pool_specs)}
+    serving = {f"p{i}": tps for i, (_, tps) in enumerate(pool_specs)}
+    out = plan_spares(nodes, pools, serving, {}, max_ratio=ratio)
+    by_node = {n.node_id: n for n in nodes}
+    taken: dict[str, set[int]] = {n.node_id: set(n.used) for n in nodes}
+    per_pool: dict[str, int] = {}
+    for s in out:
+        assert len(s.gpu_ids) == pools[s.pool_id].gpus_per_replica
+        assert all(0 <= g < by_node[s.node_id].gpus_total for g in s.gpu_ids)
+        assert not taken[s.node_id] & set(s.gpu_ids)
+        taken[s.node_id] |= set(s.gpu_ids)
+        assert serving[s.pool_id] > 0
+        per_pool[s.pool_id] = per_pool.get(s.pool_id, 0) + 1
+    for pool_id, count in per_pool.items():  # each spare is 1000 tok/s on h100: the ratio holds past the first
+        assert count == 1 or count * 1000.0 <= ratio * serving[pool_id] + 1e-6
