@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.fleet.capacity import HostedReplica, NodeSlots, PoolNeed
-from controlplane.fleet.spares import keep_as_spare, overlapping, plan_spares, promote
+from controlplane.fleet.spares import has_spares, keep_as_spare, overlapping, plan_spares, promote
 
 
 def node(node_id: str, total: int, held: dict[str, tuple[int, ...]] = (), *, gpu_type: str = "h100",
@@ -75,12 +75,13 @@ def test_promotion_takes_ready_spares_first_and_keeps_to_each_market():
 
 
 def test_a_surplus_replica_stays_as_a_spare_only_where_it_saves_nothing_to_stop_it():
-    assert keep_as_spare(True, True, False, 0, 3, 2.0)
-    assert not keep_as_spare(False, True, False, 0, 3, 2.0)  # still loading: nothing warm to keep
-    assert not keep_as_spare(True, False, False, 0, 3, 2.0)  # its node would go: stopping it saves the node
-    assert not keep_as_spare(True, True, True, 0, 3, 2.0)  # a dedicated pool's quota counts every replica
-    assert not keep_as_spare(True, True, False, 0, 0, 2.0)  # a pool going to zero is off
-    assert not keep_as_spare(True, True, False, 6, 3, 2.0)  # past max_ratio spares per replica
+    assert keep_as_spare(True, True, 0, 3, 2.0)
+    assert not keep_as_spare(False, True, 0, 3, 2.0)  # still loading: nothing warm to keep
+    assert not keep_as_spare(True, False, 0, 3, 2.0)  # its node would go: stopping it saves the node
+    assert not keep_as_spare(True, True, 0, 0, 2.0)  # a pool going to zero is off
+    assert not keep_as_spare(True, True, 6, 3, 2.0)  # past max_ratio spares per replica
+    # A dedicated pool has none: its tenant's GPU quota counts every replica it holds.
+    assert has_spares(True, None) and not has_spares(True, "tenant-1") and not has_spares(False, None)
 
 
 def test_a_placement_evicts_exactly_the_spares_on_its_gpus():
