@@ -114,3 +114,53 @@ def test_spares_never_take_a_gpu_that_is_held_or_handed_out_twice(shapes, pool_s
         per_pool[s.pool_id] = per_pool.get(s.pool_id, 0) + 1
     for pool_id, count in per_pool.items():  # each spare is 1000 tok/s on h100: the ratio holds past the first
         assert count == 1 or count * 1000.0 <= ratio * serving[pool_id] + 1e-6
+
+
+def reference_plan(nodes, pools, serving, spare, max_ratio):
+    """The rule in its plainest form: per free slot, scan every pool (what ``plan_spares`` does
+    with heaps, shared by nodes alike)."""
+    from controlplane.fleet.placement import fits_node, pick_gpus, tokens_per_s
+    have = dict(spare)
+    out = []
+    for n in sorted(nodes, key=lambda n: n.node_id):
+        free = set(n.free_gpus)
+        while free:
+            best = None
+            for pool_id in sorted(p for p, tps in serving.items() if tps > 0 and p in pools):
+                need = pools[pool_id]
+                if need.gpus_per_replica > len(free) or not fits_node(need, n):
+                    continue
+                tps = tokens_per_s(need, n.gpu_type)
+                got = have.get(pool_id, 0.0)
+                if tps <= 0 or (got > 0 and got + tps > max_ratio * serving[pool_id]):
+                    continue
+                gpus = pick_gpus(free, n.gpus_total, need.gpus_per_replica)
+                if gpus is None:
+                    continue
+                key = (got / serving[pool_id], -serving[pool_id], pool_id)
+                if best is None or key < best[0]:
+                    best = (key, pool_id, gpus, tps)
+            if best is None:
+                break
+            _, pool_id, gpus, tps = best
+            out.append((pool_id, n.node_id, gpus))
+            have[pool_id] = have.get(pool_id, 0.0) + tps
+            free -= set(gpus)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.integers(0, 255), st.sampled_from(["h100", "l40s"])),
+                min_size=1, max_size=8),
+       st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.floats(0, 5000), st.floats(0, 3000),
+                          st.sampled_from([("h100",), ("l40s",), ("h100", "l40s")])), min_size=1, max_size=6),
+       st.floats(0.5, 3.0))
+def test_the_heaps_choose_exactly_what_scanning_every_pool_for_every_slot_chooses(shapes, pool_specs, ratio):
+    nodes = [node(f"n{i}", total, {"x": tuple(g for g in range(total) if mask >> g & 1)} if mask % (1 << total)
+                  else {}, gpu_type=gpu_type) for i, (total, mask, gpu_type) in enumerate(shapes)]
+    pools = {f"p{i}": need(f"p{i}", gpus, types=types, tps={"h100": 1000.0, "l40s": 300.0})
+             for i, (gpus, _, _, types) in enumerate(pool_specs)}
+    serving = {f"p{i}": tps for i, (_, tps, _, _) in enumerate(pool_specs)}
+    spare = {f"p{i}": s for i, (_, _, s, _) in enumerate(pool_specs)}
+    got = [(s.pool_id, s.node_id, s.gpu_ids) for s in plan_spares(nodes, pools, serving, spare, max_ratio=ratio)]
+    assert got == reference_plan(nodes, pools, serving, spare, ratio)
