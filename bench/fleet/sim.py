@@ -43,7 +43,14 @@ from controlplane.fleet.capacity import (
 )
 from controlplane.fleet.consolidation import plan_consolidation
 from controlplane.fleet.placement import choose_surplus, plan_placement, tokens_per_s
-from controlplane.fleet.spares import has_spares, keep_as_spare, overlapping, plan_spares, promote
+from controlplane.fleet.spares import (
+    has_spares,
+    keep_as_spare,
+    overlapping,
+    plan_spares,
+    promote,
+    scale_down_keeps_warm,
+)
 
 DT = 10.0
 WARMUP_S = 3600.0
@@ -455,7 +462,10 @@ class Nimbus(Contender):
             pool_id=v.pool_id, kind=v.kind, min_replicas=v.min_replicas, max_replicas=v.max_replicas,
             ttft_slo_s=v.slo_s, gpus_per_replica=v.gpus,
             replica_tokens_per_s=profiled_throughput({g: c.tokens_per_s for g, c in pool.caps.items()}, types),
-            warm_surplus=has_spares(self.spares, None),
+            warm_surplus=has_spares(self.spares, None) and scale_down_keeps_warm(
+                sum(1 for r in live if r.state == "ready"),
+                sum(1 for r in live if r.state == "ready" and not any(
+                    x is not r and not x.spare and x.state in ("starting", "ready") for x in r.node.replicas.values()))),
         )
 
     def slots(self, node: Node, t: float, *, with_spares: bool = False) -> NodeSlots:

@@ -570,6 +570,9 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         "prewarm_horizon_s": round(horizon, 1),
         "capacity_tok_s": None if capacity is None else round(capacity, 1),
         "capacity_scale": round(scale, 3),
+        # whose hysteresis holds scale-downs: the fleet's (surplus kept warm as spares) or the policy's
+        "warm_surplus": spec.warm_surplus,
+        "scale_down_hold_s": config.scale_down_hold_s,
         "acted_on": acted_on(demand, reactive, predicted, breach, panic_units, in_panic, need),
     }
     decision = Decision(target, tuple(reasons), signals)

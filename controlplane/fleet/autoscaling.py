@@ -46,6 +46,7 @@ from controlplane.models import (
     Pool,
     Quota,
     Replica,
+    ReplicaDesiredState,
     ReplicaState,
     UsageMinute,
 )
@@ -135,6 +136,8 @@ class Observed:
     state: AutoscalerState
     busy: bool  # a replica reported work in its last heartbeat
     current: int = 0  # the pool's own replicas serving or on their way (spares aside): its size now
+    ready: int = 0  # the pool's own replicas that serve
+    alone: int = 0  # ... of them on a node that holds no other replica (spares aside)
 
 
 def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime,
@@ -251,7 +254,23 @@ def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | 
         edge=edge,
     )
     state = AutoscalerState.from_json(json.dumps(pool.autoscaler_state) if pool.autoscaler_state else None)
-    return Observed(spec, obs, state, busy, sum(1 for r in replicas if r.active and not r.spare))
+    ready = [r for r, _ in rows if r.state == ReplicaState.ready and not r.spare]
+    return Observed(spec, obs, state, busy, sum(1 for r in replicas if r.active and not r.spare), len(ready),
+                    _alone_on_their_node(session, ready))
+
+
+def _alone_on_their_node(session: Session, replicas: Sequence[Replica]) -> int:
+    """How many of ``replicas`` hold their node alone: no other wanted replica there, spares aside."""
+    if not replicas:
+        return 0
+    wanted = session.execute(
+        select(Replica.node_id, func.count()).where(
+            Replica.node_id.in_({r.node_id for r in replicas}), Replica.spare.is_(False),
+            Replica.desired_state == ReplicaDesiredState.running,
+            Replica.state.in_([ReplicaState.pending, ReplicaState.starting, ReplicaState.ready]))
+        .group_by(Replica.node_id)).all()
+    per_node = dict(wanted)
+    return sum(1 for r in replicas if per_node.get(r.node_id, 0) <= 1)
 
 
 # ---------------------------------------------------------------- apply (writes)
@@ -281,9 +300,10 @@ def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Set
                    config: AutoscalerConfig | None = None, edge: EdgeSignals | None = None) -> str:
     seen = observe(session, pool, now, edge)
     config = config or AutoscalerConfig()
-    # The fleet keeps this pool's scale-down surplus warm as spares: the policy's hysteresis
-    # moves to the fleet (``AutoscalerConfig.for_warm_surplus``).
-    warm = spares.has_spares(settings.spare_replicas_enabled, pool.dedicated_tenant_id)
+    # Where the fleet would keep this pool's scale-down surplus warm as a spare, the policy's
+    # hysteresis moves to the fleet (``AutoscalerConfig.for_warm_surplus``).
+    warm = (spares.has_spares(settings.spare_replicas_enabled, pool.dedicated_tenant_id)
+            and spares.scale_down_keeps_warm(seen.ready, seen.alone))
     spec, floor = with_schedule(dataclasses.replace(seen.spec, warm_surplus=warm), pool, seen.obs, config)
     decision, new_state = decide(spec, seen.obs, seen.state, config)
     if floor.window is not None:

@@ -129,6 +129,16 @@ def has_spares(enabled: bool, dedicated_tenant_id: object | None) -> bool:
     return enabled and dedicated_tenant_id is None
 
 
+def scale_down_keeps_warm(ready: int, alone: int) -> bool:
+    """Whether a pool's next scale-down would keep its replica warm as a spare, for a pool that
+    ``has_spares``: ``ready`` of its replicas serve, ``alone`` of them on a node that holds no
+    other replica of anyone's (spares aside). A scale-down takes the replica on the emptiest
+    node first (``placement.choose_surplus``): one alone on its node stops, and its node goes.
+    So only a pool none of whose replicas is alone gives up no warm capacity when it shrinks,
+    and only there does the autoscaler's hysteresis move to the fleet (``PoolSpec.warm_surplus``)."""
+    return ready > 0 and alone == 0
+
+
 def keep_as_spare(ready: bool, node_stays: bool, spares_now: int, desired: int, max_ratio: float) -> bool:
     """Whether a surplus replica of a scale-down (of a pool that ``has_spares``) becomes a spare
     instead of stopping: it is warm, and its node stays billed for another replica (stopping it
