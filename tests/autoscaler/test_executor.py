@@ -316,3 +316,31 @@ def test_serving_gpu_types_substitutes_only_the_moving_replicas() -> None:
 
     assert serving_gpu_types({"a": "h100", "b": "h100", "c": None}, [("a", "l40s"), ("z", "l4")]) == ["l40s", "h100", None]
     assert serving_gpu_types({}, [("a", "l40s")]) == []
+
+
+def test_only_a_pool_whose_scale_down_keeps_its_replica_warm_gets_the_fleets_hysteresis(settings) -> None:
+    idle = {"num_running_reqs": 0, "num_queue_reqs": 0, "token_usage": 0.01}
+    alone = make_pool(settings, replicas=3, max_replicas=4, metrics=idle)  # each replica on a node of its own
+    shared = make_pool(settings, replicas=3, max_replicas=4, metrics=idle)
+    with session_scope(settings) as s:  # the same three replicas on one 8-GPU node
+        replicas = s.scalars(select(Replica).where(Replica.pool_id == shared)).all()
+        node = s.get(Node, replicas[0].node_id)
+        node.gpus_total, node.launch_spec = 8, {**node.launch_spec, "gpu_count": 8}
+        for i, r in enumerate(replicas):
+            r.node_id, r.gpu_ids = node.id, [i]
+    for pool_id in (alone, shared):
+        tick(settings, pool_id, T0)
+    with session_scope(settings) as s:
+        signals = {p: s.scalars(select(AutoscalerDecision.signals).where(AutoscalerDecision.pool_id == p)).one()
+                   for p in (alone, shared)}
+    # Alone, a scale-down stops the replica and its VM goes: the policy holds it 300 s.
+    assert (signals[alone]["warm_surplus"], signals[alone]["scale_down_hold_s"]) == (False, 300.0)
+    # Sharing, it would stay as a spare on a node billed anyway: the fleet holds it.
+    assert (signals[shared]["warm_surplus"], signals[shared]["scale_down_hold_s"]) == (True, 180.0)
+    off = settings.model_copy(update={"spare_replicas_enabled": False})
+    with session_scope(off) as s:
+        autoscale_pool(s, s.get(Pool, shared), T0 + dt.timedelta(seconds=60), off)
+    with session_scope(settings) as s:
+        last = s.scalars(select(AutoscalerDecision).where(AutoscalerDecision.pool_id == shared)
+                         .order_by(AutoscalerDecision.created_at.desc())).first()
+    assert last.signals["warm_surplus"] is False  # no spares, no warm surplus
