@@ -125,6 +125,7 @@ class ReplicaOut(msgspec.Struct):
     port: int | None = None
     replaces_id: uuid.UUID | None = None  # a consolidation move's copy of that replica
     stop_reason: str | None = None  # why it was told to stop (scale down, moved, …)
+    spare: bool = False  # serves above the pool's size on GPUs billed anyway (controlplane.fleet.spares)
 
 
 class OperationOut(msgspec.Struct):

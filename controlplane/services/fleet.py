@@ -37,7 +37,7 @@ def replica_out(r: Replica) -> ReplicaOut:
         gpu_ids=list(r.gpu_ids or []), restarts=r.restarts, started_at=r.started_at, ready_at=r.ready_at,
         model_ready_seconds=r.model_ready_seconds, ready_breakdown=dict(r.ready_breakdown or {}),
         last_heartbeat_at=r.last_heartbeat_at, metrics=dict(r.metrics or {}), desired_state=r.desired_state.value,
-        port=r.port, replaces_id=r.replaces_id, stop_reason=r.stop_reason,
+        port=r.port, replaces_id=r.replaces_id, stop_reason=r.stop_reason, spare=bool(r.spare),
     )
 
 

@@ -379,6 +379,7 @@ class ReplicaRow:
     url: str | None
     ready_at: dt.datetime | None
     holds_gpus: bool
+    spare: bool = False  # above its pool's size on GPUs billed anyway (controlplane.fleet.spares)
 
     @property
     def short_id(self) -> str:
@@ -443,7 +444,7 @@ async def load_node_page(db: AsyncSession, node_id: uuid.UUID, replica_limit: in
                 replica_id=str(r.id), pool_id=str(r.pool_id), pool_name=names.get(str(r.pool_id), _short(r.pool_id)),
                 state=display_state(r), reported_state=_value(r.state), desired_state=_value(r.desired_state),
                 gpu_ids=tuple(r.gpu_ids or ()), copy_of=_short(r.replaces_id) if r.replaces_id else None, url=r.url,
-                ready_at=r.ready_at, holds_gpus=holds_gpus(r),
+                ready_at=r.ready_at, holds_gpus=holds_gpus(r), spare=bool(getattr(r, "spare", False)),
             )
             for r in replicas
         ),

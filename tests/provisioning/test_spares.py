@@ -14,6 +14,7 @@ from sqlalchemy import select, update
 from bench.controlplane.reconcile import seed
 from controlplane.db.engine import session_scope
 from controlplane.models import Node, NodeState, Replica, ReplicaDesiredState, ReplicaState
+from controlplane.services.fleet import replica_out
 from tests.provisioning.helpers import tick
 from tests.provisioning.test_gpu_packing import assert_no_gpu_twice
 from tests.provisioning.test_reconcile import set_desired
@@ -50,6 +51,7 @@ def test_free_slots_fill_with_spares_and_a_scale_up_promotes_them_before_placing
     spares = wanted(settings, pool, spare=True)
     assert sorted(g for r in spares for g in r.gpu_ids) == [3, 4, 5, 6, 7]
     assert len(wanted(settings, pool, spare=False)) == 3  # the pool's size is unchanged
+    assert all(replica_out(r).spare for r in spares)  # the admin API says which ones are spares
     agents_report_ready(settings)
     assert tick(settings).spares == 0  # full: nothing more to fill
 
