@@ -257,10 +257,12 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
             continue
         ours = counted.get(pool.id, [])
         spot_now = counted_spot.get(pool.id, [])
-        if pool.desired_replicas == 0 and spare_rows.get(pool.id):
-            # A pool at zero is off (idle, or an operator's 0): its spares go too.
+        if spare_rows.get(pool.id) and (pool.desired_replicas == 0
+                                        or not spares.has_spares(spares_on, pool.dedicated_tenant_id)):
+            # A pool at zero is off (idle, or an operator's 0), and spares turned off are off: they go.
+            why = "pool scaled to zero" if pool.desired_replicas == 0 else "spare replicas are turned off"
             for r in spare_rows.pop(pool.id):
-                writes.stop_replica(r, fleet.nodes, now, settings, reason="pool scaled to zero", changes=changes)
+                writes.stop_replica(r, fleet.nodes, now, settings, reason=why, changes=changes)
                 result.stopped += 1
         need = pool_needs[pool.id] = pool_need(pool)
         mix = markets.split_by_capacity_type(

@@ -87,6 +87,16 @@ def test_a_scale_down_keeps_warm_replicas_as_spares_until_placement_wants_their_
     assert_no_gpu_twice(settings)  # the new engines wait on their agent for the spares to stop
 
 
+def test_turning_spares_off_stops_those_there_are(settings):
+    [pool] = seed(settings, 1, 2).pool_ids
+    assert tick(settings).spares == 4  # twice its two replicas' capacity
+    off = settings.model_copy(update={"spare_replicas_enabled": False})
+    result = tick(off)
+    assert (result.stopped, result.spares) == (4, 0)
+    assert wanted(settings, pool, spare=True) == [] and len(wanted(settings, pool, spare=False)) == 2
+    assert {r.stop_reason for r in replicas(settings, pool) if r.spare} == {"spare replicas are turned off"}
+
+
 def test_a_node_holding_only_spares_is_released_and_a_pool_at_zero_keeps_none(settings):
     settings = settings.model_copy(update={"empty_node_ttl_s": 0})
     [pool] = seed(settings, 1, 9).pool_ids  # 8 replicas on one node, 1 on another
