@@ -35,6 +35,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+from redis.exceptions import TimeoutError as RedisTimeout
 
 from dataplane.edge.embedder import Embedder
 from dataplane.edge.response_cache import BYPASS, HIT, MISS, TRANSPORT_FIELDS, SharedResponseCache
@@ -44,6 +45,7 @@ log = logging.getLogger("nimbus.edge.semantic")
 SEMANTIC = "semantic"
 BODY_PREFIX = "s:"  # a semantic entry's answer in the shared store
 FOLLOW_BLOCK_MS = 250  # how long one read of the region's log waits for a new record
+FOLLOW_LATE_READS = 3  # tailing reads in a row past the socket timeout before the log counts as unavailable
 
 # ---------------------------------------------------------------------------------------------
 # Scope and question
@@ -304,13 +306,24 @@ class SemanticCache:
 
     async def _follow(self) -> None:
         """Replay the region's log, then tail it; after a Redis failure, resume where it stopped."""
+        late = 0  # tailing reads in a row that outlived the socket timeout
         while True:
             try:
                 while True:
                     # Blocks for less than the edge's Redis socket timeout (0.5 s), which would
                     # otherwise count every quiet second as a failure.
-                    batch = await self.redis.xread({self.log_key: self._last_id}, count=1000,
-                                                   block=None if not self.synced.is_set() else FOLLOW_BLOCK_MS)
+                    try:
+                        batch = await self.redis.xread({self.log_key: self._last_id}, count=1000,
+                                                       block=None if not self.synced.is_set() else FOLLOW_BLOCK_MS)
+                    except (RedisTimeout, TimeoutError) as exc:
+                        # A quiet tail whose answer came back late (a busy event loop, a busy
+                        # machine) is not an outage; a Redis that stays silent read after read is.
+                        late += 1
+                        if not self.synced.is_set() or late >= FOLLOW_LATE_READS:
+                            raise
+                        log.debug("semantic cache log read came back late (%d in a row): %r", late, exc)
+                        continue
+                    late = 0
                     if not batch:
                         self.synced.set()
                         continue
@@ -322,6 +335,7 @@ class SemanticCache:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis away: lookups bypass meanwhile
+                late = 0
                 log.warning("semantic cache log unavailable, retrying in %.1fs: %r", self.retry_s, exc)
                 await asyncio.sleep(self.retry_s)
 
