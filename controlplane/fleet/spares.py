@@ -7,15 +7,17 @@ what its pool asked for (``desired_replicas``):
 
 * it serves its pool's traffic like any replica (the edge routes to it), so a burst or a ramp
   meets warm capacity instead of a cold start;
-* it does not count toward the pool's size: the autoscaler decides as if it were not there,
-  and a scale-up **promotes** it (a replica ready at once) before anything is placed;
+* it does not count toward the pool's size (the autoscaler sees a ready spare's load and
+  capacity, not a replica of its target), and a scale-up **promotes** it (a replica ready at
+  once) before anything is placed;
 * a scale-down **demotes** a ready replica whose node stays billed for others, instead of
   stopping it: the GPUs are paid either way, and the replica stays warm;
 * placement and consolidation do not see it: its slots are free to them, and when they take
   them the spare stops first (the agent starts the new engine once its GPUs are released).
 
 So spares never launch a VM, never keep one alive (a node holding only spares is empty) and
-never stand in the way of packing: the hysteresis that keeps warm replicas around moves from the
+never stand in the way of packing. Where a pool's scale-down keeps its replica warm this way
+(``scale_down_keeps_warm``), the hysteresis that keeps warm replicas around moves from the
 autoscaler, where it costs a replica's GPUs, to the fleet, where it costs nothing.
 
 Pure functions; ``controlplane.fleet.reconcile`` reads the rows and writes the answers.
