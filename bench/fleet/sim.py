@@ -462,11 +462,16 @@ class Nimbus(Contender):
             pool_id=v.pool_id, kind=v.kind, min_replicas=v.min_replicas, max_replicas=v.max_replicas,
             ttft_slo_s=v.slo_s, gpus_per_replica=v.gpus,
             replica_tokens_per_s=profiled_throughput({g: c.tokens_per_s for g, c in pool.caps.items()}, types),
-            warm_surplus=has_spares(self.spares, None) and scale_down_keeps_warm(
-                sum(1 for r in live if r.state == "ready"),
-                sum(1 for r in live if r.state == "ready" and not any(
-                    x is not r and not x.spare and x.state in ("starting", "ready") for x in r.node.replicas.values()))),
+            warm_surplus=has_spares(self.spares, None) and scale_down_keeps_warm(*self.alone(live)),
         )
+
+    @staticmethod
+    def alone(live: Sequence[Replica]) -> tuple[int, int]:
+        """(ready replicas, those of them with no other wanted replica on their node, spares aside):
+        what ``autoscaling._alone_on_their_node`` counts in production."""
+        ready = [r for r in live if r.state == "ready"]
+        return len(ready), sum(1 for r in ready if not any(
+            x is not r and not x.spare and x.state in ("starting", "ready") for x in r.node.replicas.values()))
 
     def slots(self, node: Node, t: float, *, with_spares: bool = False) -> NodeSlots:
         """The node as ``reconcile.node_slots`` builds it: spares' slots free, but for the view

@@ -73,7 +73,8 @@ class AutoscalerConfig:
     # until placement or consolidation wants its GPUs, and consolidation's settle window is what
     # gives GPUs back. So the policy follows demand closely, holding a scale-down about one cold
     # start on a new VM (boot plus a model load) and adding no headroom of its own: spares are the
-    # headroom. bench/fleet measured it: 8-10 % less $ a day at the same SLO attainment.
+    # headroom. bench/fleet measured it with spares: 1-8 % less $ a day, 1.26-1.30x the clairvoyant
+    # bound at equal SLO attainment where it was 1.30-1.37x (bench/fleet/README.md).
     warm_surplus_scale_down_hold_s: float = 180.0
     warm_surplus_scale_down_cooldown_s: float = 180.0
     warm_surplus_scale_down_min_fraction: float = 0.0

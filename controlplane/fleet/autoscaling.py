@@ -136,8 +136,7 @@ class Observed:
     state: AutoscalerState
     busy: bool  # a replica reported work in its last heartbeat
     current: int = 0  # the pool's own replicas serving or on their way (spares aside): its size now
-    ready: int = 0  # the pool's own replicas that serve
-    alone: int = 0  # ... of them on a node that holds no other replica (spares aside)
+    ready: tuple[Replica, ...] = ()  # the pool's own replicas that serve (spares aside)
 
 
 def _history(session: Session, variant_id: uuid.UUID, now: dt.datetime,
@@ -254,9 +253,8 @@ def observe(session: Session, pool: Pool, now: dt.datetime, edge: EdgeSignals | 
         edge=edge,
     )
     state = AutoscalerState.from_json(json.dumps(pool.autoscaler_state) if pool.autoscaler_state else None)
-    ready = [r for r, _ in rows if r.state == ReplicaState.ready and not r.spare]
-    return Observed(spec, obs, state, busy, sum(1 for r in replicas if r.active and not r.spare), len(ready),
-                    _alone_on_their_node(session, ready))
+    return Observed(spec, obs, state, busy, sum(1 for r in replicas if r.active and not r.spare),
+                    tuple(r for r, _ in rows if r.state == ReplicaState.ready and not r.spare))
 
 
 def _alone_on_their_node(session: Session, replicas: Sequence[Replica]) -> int:
@@ -302,8 +300,9 @@ def autoscale_pool(session: Session, pool: Pool, now: dt.datetime, settings: Set
     config = config or AutoscalerConfig()
     # Where the fleet would keep this pool's scale-down surplus warm as a spare, the policy's
     # hysteresis moves to the fleet (``AutoscalerConfig.for_warm_surplus``).
+    # (Asked only of pools that have spares: it costs a query.)
     warm = (spares.has_spares(settings.spare_replicas_enabled, pool.dedicated_tenant_id)
-            and spares.scale_down_keeps_warm(seen.ready, seen.alone))
+            and spares.scale_down_keeps_warm(len(seen.ready), _alone_on_their_node(session, seen.ready)))
     spec, floor = with_schedule(dataclasses.replace(seen.spec, warm_surplus=warm), pool, seen.obs, config)
     decision, new_state = decide(spec, seen.obs, seen.state, config)
     if floor.window is not None:
