@@ -10,6 +10,8 @@
 * ``tune_capacity_scale`` / ``cut_capacity_scale``  SLO feedback on that capacity.
 * ``reactive_need``    Knative-style stable and panic windows over the demand; a queue that
                        outgrows the pool triggers panic too (queues lead TTFT for LLMs).
+* ``backlog_drain_units``  in panic, the replicas that work a burst's queue off within one
+                       cold start (the queue is work on top of the arrival rate).
 * ``predictive_need``  the forecast peak within one cold start (p90 model-ready time).
 * ``slo_breach_need``  one more replica when TTFT breaches the SLO of a settled pool: the
                        edges' client-side p90 when they report it, else the engines' p95.
@@ -237,22 +239,45 @@ def replicas_for(units: float) -> int:
 
 
 def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: Demand,
-                  config: AutoscalerConfig, previous_queue: int | None = None) -> ReactiveNeed:
+                  config: AutoscalerConfig, previous_queue: int | None = None,
+                  previous_ready: int | None = None) -> ReactiveNeed:
     stable_units = window_mean(samples, now, config.stable_window_s)
     panic_units = window_mean(samples, now, config.panic_window_s)
     panic = replicas_for(panic_units)
     ready = max(1, demand.ready)
     queued_too_long = demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * ready
-    if queued_too_long and previous_queue is not None and demand.queue_total >= previous_queue:
+    if (queued_too_long and previous_queue is not None and demand.queue_total >= previous_queue
+            and previous_ready is not None and demand.ready <= previous_ready):
         # A queue that is not draining is demand the rate signal cannot see (a throttled GPU,
         # longer outputs than the learned capacity assumed): it asks for one more replica. A
-        # shrinking queue is a burst being worked off, already sized by the rate.
+        # shrinking queue is a burst being worked off, already sized by the rate. So is a queue
+        # that grew while replicas were still starting: the ones that just became ready have not
+        # served a tick yet. Judged on them, the rule asked for everything ready + 1 the moment a
+        # burst's replicas arrived (bench/fleet: a pool at 3.85 replicas' worth went to 9).
         panic_units = max(panic_units, float(demand.ready + 1))
         panic = replicas_for(panic_units)
     # Knative's rule: the demand itself (not its ceiling) reaches panic_threshold × the ready
     # replicas. With the ceiling, one ready replica panicked on any 10 s mean above 1.0.
     panic_mode = panic > demand.ready and (panic_units >= config.panic_threshold * ready - EPS or queued_too_long)
     return ReactiveNeed(stable_units, panic_units, panic_mode)
+
+
+def backlog_drain_units(obs: PoolObservation, demand: Demand, capacity_tok_s: float | None,
+                        horizon_s: float, config: AutoscalerConfig) -> float:
+    """Replicas' worth that works the engines' queued requests off within one pre-warm horizon.
+
+    A burst's backlog is work on top of the arrival rate: capacity that only matches the rate
+    never drains it, and every request behind it waits past the SLO. Replicas added now are
+    ready about one horizon from now, so that is the time the backlog gets. The edges' backlog
+    is left out: ``measure_demand`` already counts it (``Demand.backlog_units``)."""
+    queued = demand.queue_total - demand.edge_waiting
+    if queued <= 0 or not capacity_tok_s or demand.token_rate is None or horizon_s <= 0:
+        return 0.0
+    request_rate = latest_rate(obs.request_rate_history, obs.now, config.stable_window_s)
+    if not request_rate:
+        return 0.0
+    tokens_per_request = demand.token_rate / request_rate
+    return queued * tokens_per_request / capacity_tok_s / horizon_s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,6 +337,26 @@ def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now:
     return demand.ready + 1
 
 
+def not_held(need_samples: Sequence[tuple[float, float]], now: float, state: AutoscalerState,
+             config: AutoscalerConfig) -> Sequence[tuple[float, float]]:
+    """The need samples the scale-down hold remembers: all but those of a panic episode that
+    has ended, and of the stable window's minute after it (that window still averages the
+    burst in).
+
+    A panic is a step in load the stable window had not seen coming: a burst. While it lasts,
+    nothing scales down (``panic_hold_s`` past its last signal, by which time the backlog is
+    worked off). Once it is over, holding its peak for another hold window only keeps the
+    burst's replicas for a load that has gone, and shrinking through that window's sliding
+    peak takes a staircase of scale-downs (bench/fleet: 9 → 4 → 3 → 2 replicas over five
+    minutes after a two-minute burst), each one a chance of a flap. The demand after the burst
+    is what the hold then remembers. A burst that outlasts its panic still holds the target:
+    the current need is always part of the hold (``apply_hysteresis``)."""
+    since, until = state.panic_since, state.panic_until
+    if since is None or until is None or now < until:
+        return need_samples
+    return [(t, v) for t, v in need_samples if not since <= t <= until + config.stable_window_s]
+
+
 def apply_hysteresis(need: float, latest: float, current: int, need_samples: Sequence[tuple[float, float]],
                      now: float, state: AutoscalerState, in_panic: bool,
                      config: AutoscalerConfig) -> tuple[int, str]:
@@ -330,14 +375,15 @@ def apply_hysteresis(need: float, latest: float, current: int, need_samples: Seq
         return grown, f"scale up: need {need:.2f} > target {current}"
     if in_panic:
         return current, "panic: no scale-down"
-    held = max([v for t, v in need_samples if t > now - config.scale_down_hold_s] + [need])
+    remembered = not_held(need_samples, now, state, config)
+    held = max([v for t, v in remembered if t > now - config.scale_down_hold_s] + [need])
     if replicas_for(held * (1 + config.scale_down_headroom)) >= current:
         return current, f"hold: peak need over {config.scale_down_hold_s:.0f}s is {held:.2f}"
     # The decline has lasted the whole hold window: shrink to what its peak needs, with the
     # headroom. Shrinking to the last minute's level instead put the target inside the noise
     # of the minutes before it (a 5-minute peak of 9.9 replicas' worth, a scale-down to 10, a
     # scale-up at 10.1 three minutes later); the minimum step keeps this to a few events.
-    recent = max([v for t, v in need_samples if t > now - config.stable_window_s] + [need])
+    recent = max([v for t, v in remembered if t > now - config.stable_window_s] + [need])
     keep = replicas_for(held * (1 + config.scale_down_headroom))
     seen_since = need_samples[0][0] if need_samples else now
     if now - seen_since < config.scale_down_hold_s - config.decision_interval_s:
@@ -429,7 +475,7 @@ def edge_signal_fields(edge: EdgeSignals | None, demand: Demand) -> dict:
 
 
 def acted_on(demand: Demand, reactive: ReactiveNeed, predicted: float, breach: int, panic_units: float,
-             in_panic: bool, need: float) -> list[str]:
+             in_panic: bool, need: float, drain: float = 0.0) -> list[str]:
     """Names of the signals the need came from: the window or rule that set it, and the demand
     signal behind the windows (an edge backlog is always named when there is one)."""
     names = []
@@ -439,6 +485,8 @@ def acted_on(demand: Demand, reactive: ReactiveNeed, predicted: float, breach: i
         names.append("forecast")
     if in_panic and panic_units >= need - EPS:
         names.append("panic_window")
+        if drain and demand.units + drain >= need - EPS:
+            names.append("backlog_drain")
     if not names:
         names.append("stable_window")
     names.append(demand.source)
@@ -473,11 +521,15 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
 
     keep_s = max(config.stable_window_s, config.panic_window_s)
     demand_samples = record(state.demand_samples, now, demand.units, keep_s)
-    reactive = reactive_need(demand_samples, now, demand, config, state.last_queue_total)
+    reactive = reactive_need(demand_samples, now, demand, config, state.last_queue_total, state.last_ready)
     horizon = prewarm_horizon(obs, config)
     predicted, forecast = predictive_need(obs, capacity, horizon, config)
-    panic_until = state.panic_until
+    # While the panic rule fires, the step also drains the queue behind the burst.
+    drain = backlog_drain_units(obs, demand, capacity, horizon, config) if reactive.panic_mode else 0.0
+    panic_until, panic_since = state.panic_until, state.panic_since
     if reactive.panic_mode:
+        if panic_until is None or now >= panic_until:
+            panic_since = now
         panic_until = now + config.panic_hold_s
     in_panic = panic_until is not None and now < panic_until
 
@@ -493,7 +545,14 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         cuts = (*cuts, now)
 
     panic_units = reactive.panic_units if in_panic else 0.0
-    need = max(reactive.stable_units, predicted, float(breach), panic_units)
+    # The hold window remembers demand that may come back, not a backlog that is gone once
+    # drained: the drain sizes this step but is not recorded for the scale-down hold. Nor is
+    # the forecast: it is made afresh every tick, so a rise it still expects is in this tick's
+    # need, and one it no longer expects (the trend of a burst that has ended) is not held.
+    held_need = max(reactive.stable_units, float(breach), panic_units)
+    if drain:
+        panic_units = max(panic_units, demand.units + drain)
+    need = max(held_need, predicted, panic_units)
     reasons = []
     edge = obs.edge
     if demand.edge_waiting:
@@ -507,6 +566,9 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
             queued += f" ({demand.edge_waiting} at the edge)"
         reasons.append(f"panic: {reactive.panic} replicas needed over {config.panic_window_s:.0f}s "
                        f"with {demand.ready} ready and {queued}")
+    if drain:
+        reasons.append(f"backlog: {demand.queue_total - demand.edge_waiting} queued on the engines, "
+                       f"+{drain:.2f} replicas' worth drains them within {horizon:.0f}s")
     if replicas_for(predicted) > reactive.stable:
         reasons.append(f"pre-warm: forecast peak {forecast.peak:.0f} tok/s within {horizon:.0f}s "
                        f"needs {predicted:.2f}")
@@ -520,7 +582,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     # The need is recorded without the floor: the scale-down headroom is for demand, and a
     # floor of m with headroom rounds up to m + 1, so a warm pool could never shrink back to
     # its min_replicas. ``clamp_target`` applies the floor.
-    need_samples = record(state.need_samples, now, need, config.scale_down_hold_s * 1.5)
+    need_samples = record(state.need_samples, now, held_need, config.scale_down_hold_s * 1.5)
     if floor == 0 and floor_reason is not None:
         target, why = 0, floor_reason
     else:
@@ -541,6 +603,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         need_samples=need_samples,
         target=target,
         panic_until=panic_until,
+        panic_since=panic_since,
         last_scale_up_at=now if target > (state.target or 0) else state.last_scale_up_at,
         last_scale_down_at=now if state.target is not None and target < state.target else state.last_scale_down_at,
         tokens_per_replica_s=learned,
@@ -548,6 +611,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         capacity_cuts=cuts,
         last_slo_ttft_s=demand.slo_ttft_s,
         last_queue_total=demand.queue_total,
+        last_ready=demand.ready,
     )
     signals = {
         "active": len(active),
@@ -573,7 +637,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         # whose hysteresis holds scale-downs: the fleet's (surplus kept warm as spares) or the policy's
         "warm_surplus": spec.warm_surplus,
         "scale_down_hold_s": config.scale_down_hold_s,
-        "acted_on": acted_on(demand, reactive, predicted, breach, panic_units, in_panic, need),
+        "backlog_drain_units": round(drain, 3),
+        "acted_on": acted_on(demand, reactive, predicted, breach, panic_units, in_panic, need, drain),
     }
     decision = Decision(target, tuple(reasons), signals)
     return decision, new_state

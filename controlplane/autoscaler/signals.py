@@ -136,6 +136,7 @@ class AutoscalerState:
     # replacement) do not raise it, lost ones are replaced up to it.
     target: int | None = None
     panic_until: float | None = None
+    panic_since: float | None = None  # when the latest panic episode began (it ends at panic_until)
     last_scale_up_at: float | None = None
     last_scale_down_at: float | None = None
     # Learned tok/s one replica serves at the target utilization (EWMA), when not profiled.
@@ -149,6 +150,7 @@ class AutoscalerState:
     # tell a draining backlog apart.
     last_slo_ttft_s: float | None = None
     last_queue_total: int | None = None  # previous tick's queued requests: is the queue draining?
+    last_ready: int | None = None  # previous tick's ready replicas: did the queue have them all along?
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
