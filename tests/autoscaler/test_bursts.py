@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from controlplane.autoscaler import AutoscalerConfig, AutoscalerState, PoolObservation, decide
 from controlplane.autoscaler.policy import Demand, reactive_need
+from controlplane.autoscaler.signals import EdgeSignals
 from tests.autoscaler.conftest import Driver, MiniPool, make_replica, make_spec
 
 CONFIG = AutoscalerConfig()
@@ -60,13 +63,11 @@ def test_a_bursts_backlog_is_drained_within_one_cold_start():
 
 def test_the_edges_backlog_is_not_drained_twice():
     """Requests the edges hold are in the demand already (``Demand.backlog_units``)."""
-    from controlplane.autoscaler.signals import EdgeSignals
-
     spec = make_spec(replica_tokens_per_s=1000.0, max_replicas=40)
     obs = burst_observation(0)
     edge = EdgeSignals(edges=1, queue_depth=600, activation_waiting=0, inflight=200, queue_wait_p50_s=3.0,
                        queue_wait_p90_s=5.0, ttft_p90_s=None, ttft_samples=0, rejections={}, window_s=30.0)
-    decision, _ = decide(spec, PoolObservation(**{**obs.__dict__, "edge": edge}), AutoscalerState(), CONFIG)
+    decision, _ = decide(spec, replace(obs, edge=edge), AutoscalerState(), CONFIG)
     assert decision.signals["backlog_drain_units"] == 0.0
     assert decision.signals["edge_backlog_units"] > 0
 
