@@ -67,6 +67,7 @@ class Demand:
     backlog_units: float = 0.0  # edge_waiting in replicas' worth of batch slots, / target
     slo_ttft_s: float | None = None  # what the SLO is judged on (see ``slo_ttft``)
     slo_ttft_source: str | None = None  # EDGE_TTFT or ENGINE_TTFT
+    slo_ttft_window_s: float = 0.0  # how far back that TTFT remembers
 
     @property
     def served_units(self) -> float:
@@ -143,6 +144,8 @@ def measure_demand(obs: PoolObservation, capacity_tok_s: float | None, scale: fl
     if rate_units is None or queue_total == 0:
         engine_units = sum(replica_utilization(r, rate_units is None) for r in ready)
     slo_s, source = slo_ttft(obs.edge, ttft_p95, config)
+    # The edges' p90 covers their own window, the engines' p95 the executor's query range.
+    window = obs.edge.window_s if source == EDGE_TTFT and obs.edge is not None else config.ttft_window_s
     return Demand(
         engine_units=engine_units / config.engine_target_utilization,
         rate_units=rate_units,
@@ -155,6 +158,7 @@ def measure_demand(obs: PoolObservation, capacity_tok_s: float | None, scale: fl
         backlog_units=backlog_units,
         slo_ttft_s=slo_s,
         slo_ttft_source=source,
+        slo_ttft_window_s=window,
     )
 
 
@@ -322,17 +326,22 @@ def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now:
     client-side p90 when they report it (what users get, edge queueing included), else the
     engines' p95 (``slo_ttft``).
 
-    Either covers a recent window (``ttft_window_s``, the edges' own shorter one), so it still
-    remembers a backlog (or a cold start) that was already acted on: the step waits until the
-    last panic and the last scale-up's replicas are a full window behind."""
+    Either covers a recent window (``Demand.slo_ttft_window_s``: the edges' own for their p90,
+    ``ttft_window_s`` for the engines'), so it still remembers a backlog (or a cold start) that
+    was already acted on: the step waits until the last panic and the last scale-up's replicas
+    are a full window behind. Judged on the shorter of the two, a pool scaled down soon after a
+    burst read the burst's TTFT as a breach and grew again (tests/e2e/test_autoscaling_scale_down)."""
     ttft = demand.slo_ttft_s
     if ttft is None or ttft <= spec.ttft_slo_s or demand.ready == 0:
         return 0
     if state.last_slo_ttft_s is not None and ttft < 0.98 * state.last_slo_ttft_s:
         return 0  # improving: a backlog is draining, more replicas would arrive after it is gone
-    if state.panic_until is not None and now < state.panic_until + config.ttft_window_s:
+    # The window the TTFT covers: the one it was judged on (an edge's may be longer than the
+    # executor's query range), never shorter than the configured one.
+    window = max(config.ttft_window_s, demand.slo_ttft_window_s)
+    if state.panic_until is not None and now < state.panic_until + window:
         return 0
-    if state.last_scale_up_at is not None and now - state.last_scale_up_at < step_interval_s + config.ttft_window_s:
+    if state.last_scale_up_at is not None and now - state.last_scale_up_at < step_interval_s + window:
         return 0
     return demand.ready + 1
 

@@ -69,6 +69,22 @@ def test_breach_waits_while_replicas_are_starting():
     assert not any("TTFT" in r for r in decision.reasons)
 
 
+def test_a_breach_is_judged_on_the_window_its_ttft_covers():
+    """The edges' p90 covers their 30-s window: for that long after a panic it still holds the
+    burst's TTFT, even where the engines' query range (``ttft_window_s``) is shorter. A pool
+    scaled down soon after a burst used to read it as a breach and grow again."""
+    from controlplane.autoscaler import AutoscalerConfig
+
+    config = AutoscalerConfig(ttft_window_s=10.0)
+    spec = make_spec(ttft_slo_s=SLO)
+    state = AutoscalerState(target=4, panic_since=-60.0, panic_until=0.0, last_scale_up_at=-300.0)
+    obs = lambda t: PoolObservation(now=t, replicas=settled_pool(), edge=edge(ttft_p90_s=3.1, window_s=30.0))  # noqa: E731
+    within, _ = decide(spec, obs(20.0), state, config)
+    after, _ = decide(spec, obs(31.0), state, config)
+    assert within.target_replicas == 4 and not any("TTFT" in r for r in within.reasons), within.reasons
+    assert after.target_replicas > 4 and "slo_breach:edge_ttft_p90_s" in after.signals["acted_on"], after.reasons
+
+
 def saturated(n: int, slots: int = 32):
     """n ready replicas each running exactly its batch slots: the edge's per-replica cap binds,
     so the engines report no queue at all."""
