@@ -70,6 +70,11 @@ class Demand:
     slo_ttft_window_s: float = 0.0  # how far back that TTFT remembers
 
     @property
+    def engine_queue(self) -> int:
+        """Requests queued on the engines themselves (the edges' backlog aside)."""
+        return self.queue_total - self.edge_waiting
+
+    @property
     def served_units(self) -> float:
         """What the replicas are doing: the engines' gauges or the token rate they serve."""
         return max(self.engine_units, self.rate_units or 0.0)
@@ -274,7 +279,7 @@ def backlog_drain_units(obs: PoolObservation, demand: Demand, capacity_tok_s: fl
     never drains it, and every request behind it waits past the SLO. Replicas added now are
     ready about one horizon from now, so that is the time the backlog gets. The edges' backlog
     is left out: ``measure_demand`` already counts it (``Demand.backlog_units``)."""
-    queued = demand.queue_total - demand.edge_waiting
+    queued = demand.engine_queue
     if queued <= 0 or not capacity_tok_s or demand.token_rate is None or horizon_s <= 0:
         return 0.0
     request_rate = latest_rate(obs.request_rate_history, obs.now, config.stable_window_s)
@@ -576,7 +581,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         reasons.append(f"panic: {reactive.panic} replicas needed over {config.panic_window_s:.0f}s "
                        f"with {demand.ready} ready and {queued}")
     if drain:
-        reasons.append(f"backlog: {demand.queue_total - demand.edge_waiting} queued on the engines, "
+        reasons.append(f"backlog: {demand.engine_queue} queued on the engines, "
                        f"+{drain:.2f} replicas' worth drains them within {horizon:.0f}s")
     if replicas_for(predicted) > reactive.stable:
         reasons.append(f"pre-warm: forecast peak {forecast.peak:.0f} tok/s within {horizon:.0f}s "
@@ -628,7 +633,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         "engine_units": round(demand.engine_units, 3),
         "rate_units": None if demand.rate_units is None else round(demand.rate_units, 3),
         "queue_total": demand.queue_total,
-        "engine_queue": demand.queue_total - demand.edge_waiting,
+        "engine_queue": demand.engine_queue,
         "token_rate": demand.token_rate,
         "ttft_p95_s": demand.ttft_p95_s,
         "slo_ttft_s": demand.slo_ttft_s,
