@@ -82,7 +82,7 @@ def generated_tokens(urls: list[str]) -> float:
 
 
 async def interactive(url: str, key: str, rate: float, duration: float, seed: int, prompt_words: int,
-                      max_tokens: int) -> tuple[list, float]:
+                      max_tokens: int, stream: bool = True) -> tuple[list, float]:
     rng = random.Random(seed)
     async with new_session() as session:
         client = Client(url, session)
@@ -90,9 +90,10 @@ async def interactive(url: str, key: str, rate: float, duration: float, seed: in
         tasks, end, t0 = [], loop.time() + duration, time.monotonic()
         while loop.time() < end:
             await asyncio.sleep(rng.expovariate(rate))
-            body = {"model": MODEL, "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
-                    "stream_options": {"include_usage": True},
+            body = {"model": MODEL, "max_tokens": max_tokens, "stream": stream, "ignore_eos": True,
                     "messages": [{"role": "user", "content": text(rng, prompt_words)}]}
+            if stream:
+                body["stream_options"] = {"include_usage": True}
             tasks.append(asyncio.ensure_future(client.chat(body, key, "interactive")))
         await asyncio.gather(*tasks)
         return client.results, time.monotonic() - t0
@@ -203,7 +204,7 @@ def one_round(args, seed: int) -> dict[str, float]:
             capacity = run_async(saturate(edge, key, args.replicas * args.slots, args.capacity_s,
                                           args.prompt_words, args.max_tokens))
             alone, wall_a = run_async(interactive(edge, key, args.rate, args.duration, seed, args.prompt_words,
-                                                  args.max_tokens))
+                                                  args.max_tokens, not args.no_stream))
             batch = BatchRun(edge, batch_key_id, BATCH_LINES, args.prompt_words, args.max_tokens,
                              args.concurrency or 2 * args.replicas * args.slots)
             try:
@@ -213,7 +214,7 @@ def one_round(args, seed: int) -> dict[str, float]:
                     time.sleep(0.2)  # the batch has filled what it may before the measured window
                 gen0, done0, eng0 = generated_tokens(urls), batch.counts()[1], engine_stats(urls)
                 shared, wall_b = run_async(interactive(edge, key, args.rate, args.duration, seed, args.prompt_words,
-                                                       args.max_tokens))
+                                                       args.max_tokens, not args.no_stream))
                 gen1, done1, eng1 = generated_tokens(urls), batch.counts()[1], engine_stats(urls)
                 status, queue_p99 = batch.counts()[0], edge_queue_p99_ms(edge, "interactive")
             finally:
@@ -245,6 +246,8 @@ def main() -> None:
     ap.add_argument("--prompt-words", type=int, default=150)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=0, help="batch lines in flight (default 2 x slots)")
+    ap.add_argument("--no-stream", action="store_true",
+                    help="the interactive requests are not streamed (their 'TTFT' is then the whole answer's time)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--edge-set", action="append", default=[], metavar="FIELD=VALUE",

@@ -236,14 +236,30 @@ class Router:
         times = [t for t in (self.batch_opens_at(c.load) for c in candidates) if t > now]
         return min(times) if times else None
 
-    def first_byte(self, ticket: Ticket, ttft_ms: float, now: float | None = None) -> None:
+    def prefill_over(self, ticket: Ticket) -> bool:
+        """Book ``ticket``'s prefill as over on its replica (False: it already was, or the ticket
+        closed): its uncached tokens leave the replica's backlog and, interactive, it no longer
+        keeps batch work from starting there."""
         if ticket.started or ticket.closed:
-            return
+            return False
         ticket.started = True
-        rid = ticket.replica.id
-        load = self.load(rid)
+        load = self.load(ticket.replica.id)
         load.pending_prefill_tokens -= ticket.uncached_tokens
         load.interactive_prefilling -= not ticket.batch
+        return True
+
+    def presumed_ttft_s(self, ticket: Ticket) -> float:
+        """When a request whose first token this edge cannot see (a non-streamed answer arrives
+        whole) is taken to be past its prefill: the TTFT the model predicted at dispatch. Without
+        it, such a request would count as prefilling until its last token, holding batch work off
+        its replica and inflating the replica's backlog for its whole generation."""
+        return (ticket.rtt_ms + ticket.backlog_at_dispatch * self.ttft_model.prefill_ms_per_token) / 1000
+
+    def first_byte(self, ticket: Ticket, ttft_ms: float, now: float | None = None) -> None:
+        if not self.prefill_over(ticket):
+            return
+        rid = ticket.replica.id
+        load = self.load(rid)
         if now is not None:
             load.last_progress = now
         self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms)

@@ -622,6 +622,9 @@ class EdgeService:
                 return None
             ticket = self.router.dispatch(catalog, decision, route_req, req.reserved_tokens, now,
                                           batch=st.priority == BATCH)
+            if not req.stream:  # its first byte is its last: its prefill is presumed over in time
+                asyncio.get_running_loop().call_later(self.router.presumed_ttft_s(ticket), self._prefill_presumed_over,
+                                                      ticket)
             if st.priority != BATCH:
                 load = self.router.load(ticket.replica.id)
                 if peak is None:
@@ -653,6 +656,11 @@ class EdgeService:
         self.metrics.queue_depth.set(self.admission.queued())
         st.replica = ticket.replica
         return ticket
+
+    def _prefill_presumed_over(self, ticket: Ticket) -> None:
+        # Batch work held off the replica by this interactive request's prefill may start now.
+        if self.router.prefill_over(ticket) and not ticket.batch:
+            self.admission.pump(ticket.replica.variant_id)
 
     def _release(self, st: RequestState, ticket: Ticket, ok: bool | None,
                  reported: tuple[int, int] | None = None) -> None:

@@ -146,3 +146,34 @@ def test_batch_work_takes_what_interactive_tenants_leave_and_a_flood_does_not(ed
     # ...batch work stops only at the interactive reserve (20 - min(4, light's peak + 1) = 18 running,
     # reached as pacing lets the prompts in).
     assert batch >= 14, batch
+
+
+def test_batch_work_starts_beside_a_non_streamed_interactive_request(edge_factory):
+    """A non-streamed answer arrives whole, so the edge never sees its first token. Batch work,
+    which waits while an interactive request on its replica is prefilling, must not wait for the
+    whole generation: the prefill is presumed over once its predicted TTFT has passed."""
+    sim = SimProcess(served_model_name="demo", extra_args=["--time-scale", "1"], ready_delay=0.0).start()
+    cfg = standalone_config([sim.url], [
+        {"name": "light", "keys": [{"dev_key": LIGHT}]},
+        {"name": "batchy", "keys": [{"dev_key": BATCH, "priority": "batch"}]},
+    ], settings={"max_inflight_per_replica": 20, "health_interval_s": 600, "interactive_reserved_share": 0.2})
+    edge = edge_factory(cfg, redis_url="none")
+    finished: list[str] = []
+    try:
+        # ~3 s of generation, not streamed
+        light = threading.Thread(target=run, args=(edge, LIGHT, finished, "light", 300))
+        light.start()
+        time.sleep(0.3)
+        threads = [threading.Thread(target=run, args=(edge, BATCH, finished, f"batch{i}", 300)) for i in range(10)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        inflight = metric(edge, "nimbus_edge_inflight")
+        light_done_early = "light" in finished
+        for t in [light, *threads]:
+            t.join(120)
+    finally:
+        sim.stop()
+    assert len(finished) == 11
+    assert not light_done_early  # the interactive request was still generating when counted...
+    assert inflight >= 8, inflight  # ...and the batch ran beside it (1 before: batch waited for its end)

@@ -358,6 +358,32 @@ def test_batch_work_does_not_start_where_an_interactive_request_waits_for_its_fi
     assert router.load(next(iter(cat.replicas))).interactive_prefilling == 0
 
 
+def test_an_unwatched_prefill_is_presumed_over_at_its_predicted_ttft_without_teaching_the_model():
+    """A non-streamed request's first byte is its last: the edge books its prefill as over at the
+    TTFT it predicted (the service arms a timer), so it neither holds batch work off its replica nor
+    stays in the replica's backlog while it generates; a guess teaches the TTFT model nothing."""
+    from dataplane.edge.policies import RouteRequest
+    from tests.edge.test_routing import catalog, make_router
+
+    cat = catalog(n=1, max_running=10)
+    router = make_router("round_robin")
+    prompt = RouteRequest([], 1000, 4000)
+    candidates = router.eligible(cat, list(cat.replicas.values()), 0.0)
+    ticket = router.dispatch(cat, router.choose(prompt, candidates, 0.0), prompt, 10, 0.0)
+    load = router.load(ticket.replica.id)
+    per_token = router.ttft_model.prefill_ms_per_token
+    assert router.presumed_ttft_s(ticket) == pytest.approx((ticket.rtt_ms + 1000 * per_token) / 1000)
+    assert (load.pending_prefill_tokens, load.interactive_prefilling) == (1000, 1)
+    assert router.choose(prompt, candidates, 1.0, keep_free=0.2) is None
+    assert router.prefill_over(ticket)
+    assert (load.pending_prefill_tokens, load.interactive_prefilling) == (0, 0)
+    assert router.choose(prompt, candidates, 1.0, keep_free=0.2) is not None
+    assert not router.prefill_over(ticket)  # once
+    router.release(ticket, True, 5.0)
+    assert (load.pending_prefill_tokens, load.interactive_prefilling, load.inflight) == (0, 0, 0)
+    assert router.ttft_model.prefill_ms_per_token == per_token
+
+
 def test_batch_work_is_paced_by_the_predicted_prefill_time_of_the_batch_prompts_sent():
     """A wave of batch prompts is one long prefill step that an interactive arrival must wait out,
     so batch work is paced: a batch request starts on a replica only while the batch prompts
