@@ -138,6 +138,7 @@ class Result:
     completion_tokens: int = 0
     tenant: str = ""
     start: float = 0.0
+    text: list[str] | None = None  # the streamed answer's pieces, when the caller asked for them
 
 
 @dataclass
@@ -146,12 +147,14 @@ class Client:
     session: aiohttp.ClientSession
     results: list[Result] = field(default_factory=list)
 
-    async def chat(self, body: dict[str, Any], key: str | None = None, tenant: str = "") -> Result:
+    async def chat(self, body: dict[str, Any], key: str | None = None, tenant: str = "",
+                   keep_text: bool = False) -> Result:
+        """``keep_text``: collect a streamed answer's text in ``Result.text`` (parses every event)."""
         headers = {"content-type": "application/json"}
         if key:
             headers["authorization"] = f"Bearer {key}"
         t0 = time.perf_counter()
-        res = Result(ok=False, tenant=tenant, start=time.monotonic())
+        res = Result(ok=False, tenant=tenant, start=time.monotonic(), text=[] if keep_text else None)
         try:
             async with self.session.post(self.base_url + "/v1/chat/completions", data=json.dumps(body),
                                          headers=headers) as resp:
@@ -190,15 +193,18 @@ def _read_event(res: Result, event: bytes, t0: float) -> None:
     event = event.strip()
     if not event.startswith(b"data:") or event.endswith(b"[DONE]"):
         return
-    if not math.isnan(res.ttft) and b'"usage"' not in event:
+    if not math.isnan(res.ttft) and res.text is None and b'"usage"' not in event:
         return  # past the first token only usage matters; parsing every token would make the load
         # generator, which shares the cores with engines and routers, a source of latency itself
     obj = json.loads(event[5:])
     if obj.get("usage"):
         _fill_usage(res, obj["usage"])
     for choice in obj.get("choices") or ():
-        if math.isnan(res.ttft) and ((choice.get("delta") or {}).get("content") or choice.get("text")):
+        piece = (choice.get("delta") or {}).get("content") or choice.get("text")
+        if math.isnan(res.ttft) and piece:
             res.ttft = time.perf_counter() - t0
+        if piece and res.text is not None:
+            res.text.append(piece)
 
 
 def new_session(limit: int = 0) -> aiohttp.ClientSession:

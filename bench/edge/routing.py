@@ -11,6 +11,15 @@ the unavoidable first prefill of every tenant's prompt, whatever the router does
 Four replicas whose KV cache cannot hold every tenant's prefix at once, but could if the prefixes
 were partitioned across them. Reports TTFT p50/p90/p99, output tokens/s and the prompt cache hit
 rate (cached / prompt tokens, as the engines report them).
+
+Closer to production traffic (``--production``, or each part alone): replicas of mixed GPU
+profiles (``--gpus h100,l40s``: the routers must tell a slow replica from a busy one),
+one-shot requests about documents of their own beside the chats (``--oneshot-share``: prompts
+no cache holds), the streamed answers themselves carried in the history (``--real-answers``)
+and log-normal output lengths (``--long-tail``). ``--levels 4,8,12,16,20,0`` runs the
+comparison at each session rate (0: the cold burst) and prints one row per level:
+
+    .venv/bin/python -m bench.edge.routing --production --levels 4,8,12,16,20,0
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from bench.edge.common import (
     sglang_router,
     table,
 )
-from bench.edge.workload import conversation, tenants
+from bench.edge.workload import Tenant, conversation, tenants, text
 from dataplane.sim.process import sim_fleet
 
 
@@ -44,7 +53,7 @@ def users_per_tenant(args) -> list[int]:
     return [max(1, round(total * w / sum(weights))) for w in weights]
 
 
-def sessions(args, tenant_list, rng: random.Random) -> list[tuple[object, float]]:
+def sessions(args, tenant_list, rng: random.Random) -> list[tuple[Tenant, float]]:
     """(tenant, start time) of every user session. Default (``--session-rate 0``): every tenant's
     users (Zipf sizes) start uniformly within ``--ramp`` s, a burst dominated by the cold first
     prefill of every tenant's prefix. ``--session-rate R``: sessions arrive as a Poisson stream
@@ -63,14 +72,24 @@ def sessions(args, tenant_list, rng: random.Random) -> list[tuple[object, float]
         out.append((rng.choices(tenant_list, weights)[0], t))
 
 
+def one_shot(tenant: Tenant, rng: random.Random, words: int) -> Tenant:
+    """A single request of ``tenant`` about a document of its own: a prompt no cache holds and none
+    will reuse (``--oneshot-share``), beside the chats whose prefixes routing should keep warm."""
+    return Tenant(tenant.name, tenant.key, "Summarize this document. " + text(rng, words))
+
+
 async def run_workload(url: str, tenant_list, args) -> dict[str, float]:
     rng = random.Random(args.seed)
     async with new_session() as session:
         client = Client(url, session)
         t0 = time.monotonic()
-        jobs = [conversation(client, t, random.Random(rng.random()), args.turns, args.think, args.user_words,
-                             args.max_tokens, start)
-                for t, start in sessions(args, tenant_list, rng)]
+        jobs = []
+        for t, start in sessions(args, tenant_list, rng):
+            own = random.Random(rng.random())
+            single = args.oneshot_share > 0 and own.random() < args.oneshot_share
+            jobs.append(conversation(client, one_shot(t, own, args.prefix_words // 2) if single else t, own,
+                                     1 if single else args.turns, args.think, args.user_words, args.max_tokens,
+                                     start, real_answers=args.real_answers, long_tail=args.long_tail))
         await asyncio.gather(*jobs)
         wall = time.monotonic() - t0
     res = client.results
@@ -107,7 +126,20 @@ def main() -> None:
     ap.add_argument("--only-edge", action="store_true", help="skip the sglang-router runs (for tuning)")
     ap.add_argument("--edge-set", action="append", default=[], metavar="FIELD=VALUE",
                     help="edge setting override for experiments, e.g. balance_abs=16")
+    ap.add_argument("--gpus", default="", help="GPU profile of each replica, cycled (e.g. h100,l40s): a mixed fleet")
+    ap.add_argument("--oneshot-share", type=float, default=0.0,
+                    help="share of sessions that are one request about a document of their own (no reuse)")
+    ap.add_argument("--real-answers", action="store_true", help="the history carries the streamed answers themselves")
+    ap.add_argument("--long-tail", action="store_true", help="log-normal output lengths around --max-tokens")
+    ap.add_argument("--production", action="store_true",
+                    help="all of the above: --gpus h100,l40s --oneshot-share 0.3 --real-answers --long-tail")
+    ap.add_argument("--levels", default="",
+                    help="session rates to run one after another (e.g. 4,8,12,16,20), a summary row each")
     args = ap.parse_args()
+    if args.production:
+        args.gpus = args.gpus or "h100,l40s"
+        args.oneshot_share = args.oneshot_share or 0.3
+        args.real_answers = args.long_tail = True
 
     keys = [bench_key(f"r{i}") for i in range(args.tenants)]
     edge_tenants = [{"name": f"tenant{i:02d}", "keys": [{"dev_key": k}]} for i, k in enumerate(keys)]
@@ -121,36 +153,80 @@ def main() -> None:
     mode = (f"steady state: {args.session_rate:g} new sessions/s for {args.duration:g}s, think {args.think:g}s"
             if args.session_rate > 0 else f"burst: every user starts within {args.ramp:g}s, think {args.think:g}s")
     print(f"{mode}; {args.repeat} round(s), contenders alternating, medians reported")
-    EDGE, CACHE_AWARE, RR = "nimbus-edge (predicted_ttft)", "sglang-router cache_aware", "round_robin (sglang-router)"
-    runs: dict[str, list[dict[str, float]]] = {EDGE: [], CACHE_AWARE: []}
-    with sim_fleet(args.replicas, served_model_name="demo", extra_args=sim_args, ready_delay=0.0) as fleet:
-        urls = [s.url for s in fleet]
-        # Warm every replica up first, so whichever router runs first does not pay for fresh processes.
-        warm = argparse.Namespace(**{**vars(args), "tenants": 4, "users": 2, "turns": 2, "zipf": 0.0, "ramp": 0.5,
-                                      "session_rate": 0.0})
-        for url in urls:
-            run_async(run_workload(url, tenants(4, args.prefix_words, args.seed + 1, [None] * 4), warm))
-        replicas = [{"url": u, "max_running_requests": 32, "max_total_tokens": args.kv_tokens} for u in urls]
-        edge_settings = {"health_interval_s": 30, **dict(kv.split("=", 1) for kv in args.edge_set)}
-        anonymous = tenants(args.tenants, args.prefix_words, args.seed, [None] * args.tenants)
-        # Alternating rounds: drift on a shared machine hits every contender alike. Each run starts
-        # from empty caches and a fresh router process.
-        for _ in range(args.repeat):
-            with nimbus_edge(replicas, edge_tenants, edge_settings) as edge:
-                flush_caches(urls)
-                runs[EDGE].append(run_async(
-                    run_workload(edge, tenants(args.tenants, args.prefix_words, args.seed, keys), args)))
-            if args.only_edge:
-                continue
-            with sglang_router(urls, "cache_aware") as router:
-                flush_caches(urls)
-                runs[CACHE_AWARE].append(run_async(run_workload(router, anonymous, args)))
-        if args.only_edge:
-            print(runs[EDGE])
+    gpus = [g for g in args.gpus.split(",") if g]
+    if gpus or args.oneshot_share or args.real_answers or args.long_tail:
+        print(f"replica GPUs {','.join(gpus) or 'default'} (cycled); one-shot share {args.oneshot_share:g}; "
+              f"real answers in the history: {args.real_answers}; long-tailed outputs: {args.long_tail}")
+    each = [["--gpu", g] for g in gpus]
+    with sim_fleet(args.replicas, served_model_name="demo", extra_args=sim_args, each=each, ready_delay=0.0) as fleet:
+        if args.levels:
+            levels(args, fleet, keys, edge_tenants)
             return
-        with sglang_router(urls, "round_robin") as router:  # the reference floor, once
+        compare(args, fleet, keys, edge_tenants)
+
+
+EDGE, CACHE_AWARE, RR = "nimbus-edge (predicted_ttft)", "sglang-router cache_aware", "round_robin (sglang-router)"
+
+
+def alternate(args, fleet, keys, edge_tenants) -> dict[str, list[dict[str, float]]]:
+    """``args.repeat`` rounds of the edge and sglang-router's cache_aware, alternating (drift on a
+    shared machine hits both alike); each run from empty caches and a fresh router process."""
+    urls = [s.url for s in fleet]
+    replicas = [{"url": u, "max_running_requests": 32, "max_total_tokens": args.kv_tokens} for u in urls]
+    edge_settings = {"health_interval_s": 30, **dict(kv.split("=", 1) for kv in args.edge_set)}
+    anonymous = tenants(args.tenants, args.prefix_words, args.seed, [None] * args.tenants)
+    runs: dict[str, list[dict[str, float]]] = {EDGE: [], CACHE_AWARE: []}
+    for _ in range(args.repeat):
+        with nimbus_edge(replicas, edge_tenants, edge_settings) as edge:
             flush_caches(urls)
-            runs[RR] = [run_async(run_workload(router, anonymous, args))]
+            runs[EDGE].append(run_async(
+                run_workload(edge, tenants(args.tenants, args.prefix_words, args.seed, keys), args)))
+        if args.only_edge:
+            continue
+        with sglang_router(urls, "cache_aware") as router:
+            flush_caches(urls)
+            runs[CACHE_AWARE].append(run_async(run_workload(router, anonymous, args)))
+    return runs
+
+
+def warm_up(args, fleet) -> None:
+    """Every replica serves a little first, so whichever router runs first does not pay for fresh processes."""
+    warm = argparse.Namespace(**{**vars(args), "tenants": 4, "users": 2, "turns": 2, "zipf": 0.0, "ramp": 0.5,
+                                  "session_rate": 0.0, "oneshot_share": 0.0})
+    for sim in fleet:
+        run_async(run_workload(sim.url, tenants(4, args.prefix_words, args.seed + 1, [None] * 4), warm))
+
+
+def levels(args, fleet, keys, edge_tenants) -> None:
+    """The same comparison at each session rate of ``--levels``, one summary row per level."""
+    warm_up(args, fleet)
+    rows = [["sessions/s", "reqs", "edge p50/p90/p99 ms", "cache_aware p50/p90/p99 ms", "p90 ratio", "p99 ratio",
+             "hit ratio", "tok/s ratio", "errors edge/router", "edge p90 per run", "router p90 per run"]]
+    for rate in [float(x) for x in args.levels.split(",")]:
+        runs = alternate(argparse.Namespace(**{**vars(args), "session_rate": rate}), fleet, keys, edge_tenants)
+        e, s = median_result(runs[EDGE]), median_result(runs[CACHE_AWARE])
+        rows.append([f"{rate:g}" if rate > 0 else "burst", str(e["requests"]),
+                     f"{e['p50']:.0f} / {e['p90']:.0f} / {e['p99']:.0f}",
+                     f"{s['p50']:.0f} / {s['p90']:.0f} / {s['p99']:.0f}", f"{e['p90'] / s['p90']:.2f}x",
+                     f"{e['p99'] / s['p99']:.2f}x", f"{e['hit'] / s['hit']:.2f}x", f"{e['tok_s'] / s['tok_s']:.2f}x",
+                     f"{e['errors']}/{s['errors']}", " ".join(f"{x['p90']:.0f}" for x in runs[EDGE]),
+                     " ".join(f"{x['p90']:.0f}" for x in runs[CACHE_AWARE])])
+        print(table(rows[:1] + rows[-1:]), flush=True)  # each level as it ends
+    print("\n" + table(rows))
+    print("targets (issue 19): p90 ratio <= 0.5x, hit ratio >= 1.0x, no errors where sglang-router has none")
+
+
+def compare(args, fleet, keys, edge_tenants) -> None:
+    urls = [s.url for s in fleet]
+    warm_up(args, fleet)
+    runs = alternate(args, fleet, keys, edge_tenants)
+    if args.only_edge:
+        print(runs[EDGE])
+        return
+    anonymous = tenants(args.tenants, args.prefix_words, args.seed, [None] * args.tenants)
+    with sglang_router(urls, "round_robin") as router:  # the reference floor, once
+        flush_caches(urls)
+        runs[RR] = [run_async(run_workload(router, anonymous, args))]
     results = {name: median_result(rs) for name, rs in runs.items()}
     rows = [["router", "reqs", "err", "TTFT p50 ms", "p90 ms", "p99 ms", "out tok/s", "cache hit", "p90 per run"]]
     for name, r in results.items():
@@ -170,6 +246,7 @@ def median_result(results: list[dict[str, float]]) -> dict[str, float]:
     out["requests"] = sum(r["requests"] for r in results)
     out["errors"] = sum(r["errors"] for r in results)
     return out
+
 
 if __name__ == "__main__":
     main()

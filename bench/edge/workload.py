@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from dataclasses import dataclass
 
@@ -29,21 +30,31 @@ def tenants(n: int, prefix_words: int, seed: int, keys: list[str | None]) -> lis
             for i in range(n)]
 
 
+def long_tailed(rng: random.Random, median: int, sigma: float = 1.0, cap: float = 16.0) -> int:
+    """An output length from a log-normal around ``median`` (capped at ``cap`` x it): most answers
+    short, a few many times longer, as real chat traffic has them."""
+    return max(1, min(round(median * cap), round(rng.lognormvariate(math.log(median), sigma))))
+
+
 async def conversation(client: Client, tenant: Tenant, rng: random.Random, turns: int, think_s: float,
-                       user_words: int, max_tokens: int, start_delay: float) -> list[Result]:
-    """One user of one tenant: several turns, each carrying the whole history (a growing prefix)."""
+                       user_words: int, max_tokens: int, start_delay: float, *, real_answers: bool = False,
+                       long_tail: bool = False) -> list[Result]:
+    """One user of one tenant: several turns, each carrying the whole history (a growing prefix).
+    ``real_answers``: the history carries the streamed answers as they came (else words of the
+    answer's length: the prefix cache only needs the next turn to repeat them). ``long_tail``:
+    each turn's output length is drawn by ``long_tailed`` around ``max_tokens``."""
     await asyncio.sleep(start_delay)
     messages = [{"role": "system", "content": tenant.system_prompt}]
     out = []
     for _ in range(turns):
         messages.append({"role": "user", "content": text(rng, user_words)})
-        body = {"model": "demo", "messages": messages, "max_tokens": max_tokens, "stream": True,
+        tokens = long_tailed(rng, max_tokens) if long_tail else max_tokens
+        body = {"model": "demo", "messages": messages, "max_tokens": tokens, "stream": True,
                 "stream_options": {"include_usage": True}, "ignore_eos": True}
-        res = await client.chat(body, tenant.key, tenant.name)
+        res = await client.chat(body, tenant.key, tenant.name, keep_text=real_answers)
         out.append(res)
-        # the answer joins the history (its exact text does not matter to the prefix cache, only
-        # that the next turn repeats it)
-        messages.append({"role": "assistant", "content": text(rng, max_tokens)})
+        answer = "".join(res.text) if res.text else text(rng, tokens)
+        messages.append({"role": "assistant", "content": answer})
         await asyncio.sleep(rng.expovariate(1.0 / think_s))
     return out
 

@@ -143,9 +143,11 @@ class SimProcess:
 
 
 @contextlib.contextmanager
-def sim_fleet(n: int, timeout: float = 30.0, **kwargs) -> Iterator[list[SimProcess]]:
-    """``n`` simulators started in parallel (each on its own free port), stopped on exit."""
-    sims = [SimProcess(**kwargs) for _ in range(n)]
+def sim_fleet(n: int, timeout: float = 30.0, each: Sequence[Sequence[str]] = (), **kwargs) -> Iterator[list[SimProcess]]:
+    """``n`` simulators started in parallel (each on its own free port), stopped on exit.
+    ``each``: arguments for the i-th simulator (cycled), after ``extra_args`` (e.g. its ``--gpu``)."""
+    extra = list(kwargs.pop("extra_args", ()))
+    sims = [SimProcess(extra_args=extra + list(each[i % len(each)] if each else ()), **kwargs) for i in range(n)]
     try:
         for sim in sims:
             sim.launch()
