@@ -23,6 +23,12 @@ at the run's time scale), and the rest of the step in progress at its arrival, u
 shortest step there is (a one-request decode step: the weight read). The run reports that bound's
 p99 beside ours. It is a lower bound on purpose: real steps with the batch running are longer
 (more requests, the batch's own prefills).
+
+**The batch's own prefills** (``batch_prefill_bound_p99``, printed under the table): what a batch
+using exactly the target's share of the spare tokens must add, since each of its requests needs a
+prefill step that an interactive arrival may have to wait out.
+
+``--no-stream`` sends the interactive requests non-streamed (their "TTFT" is then the answer's time).
 """
 
 from __future__ import annotations
