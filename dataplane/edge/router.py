@@ -236,17 +236,17 @@ class Router:
         times = [t for t in (self.batch_opens_at(c.load) for c in candidates) if t > now]
         return min(times) if times else None
 
-    def prefill_over(self, ticket: Ticket) -> bool:
-        """Book ``ticket``'s prefill as over on its replica (False: it already was, or the ticket
-        closed): its uncached tokens leave the replica's backlog and, interactive, it no longer
-        keeps batch work from starting there."""
+    def prefill_over(self, ticket: Ticket) -> ReplicaLoad | None:
+        """Book ``ticket``'s prefill as over on its replica, whose load it returns (None: it already
+        was, or the ticket closed): its uncached tokens leave the replica's backlog and, interactive,
+        it no longer keeps batch work from starting there."""
         if ticket.started or ticket.closed:
-            return False
+            return None
         ticket.started = True
         load = self.load(ticket.replica.id)
         load.pending_prefill_tokens -= ticket.uncached_tokens
         load.interactive_prefilling -= not ticket.batch
-        return True
+        return load
 
     def presumed_ttft_s(self, ticket: Ticket) -> float:
         """When a request whose first token this edge cannot see (a non-streamed answer arrives
@@ -256,10 +256,10 @@ class Router:
         return (ticket.rtt_ms + ticket.backlog_at_dispatch * self.ttft_model.prefill_ms_per_token) / 1000
 
     def first_byte(self, ticket: Ticket, ttft_ms: float, now: float | None = None) -> None:
-        if not self.prefill_over(ticket):
+        load = self.prefill_over(ticket)
+        if load is None:
             return
         rid = ticket.replica.id
-        load = self.load(rid)
         if now is not None:
             load.last_progress = now
         self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms)

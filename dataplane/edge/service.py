@@ -659,7 +659,7 @@ class EdgeService:
 
     def _prefill_presumed_over(self, ticket: Ticket) -> None:
         # Batch work held off the replica by this interactive request's prefill may start now.
-        if self.router.prefill_over(ticket) and not ticket.batch:
+        if self.router.prefill_over(ticket) is not None and not ticket.batch:
             self.admission.pump(ticket.replica.variant_id)
 
     def _release(self, st: RequestState, ticket: Ticket, ok: bool | None,
