@@ -353,7 +353,7 @@ def test_batch_work_does_not_start_where_an_interactive_request_waits_for_its_fi
         router.dispatch(cat, router.choose(probe, candidates(), 0.0), probe, 10, 0.0, batch=True)
     interactive = router.dispatch(cat, router.choose(probe, candidates(), 0.0), probe, 10, 0.0)
     assert router.choose(probe, candidates(), 0.0, keep_free=0.2) is None  # it would share the prefill
-    router.first_byte(interactive, 5.0, 0.0)
+    router.first_byte(interactive, 0.005)
     assert router.choose(probe, candidates(), 1.0, keep_free=0.2) is not None
     assert router.load(next(iter(cat.replicas))).interactive_prefilling == 0
 

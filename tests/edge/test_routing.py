@@ -120,7 +120,7 @@ def test_capacity_guard_and_release():
     # despite the shared prefix, no replica went past its 2 slots
     assert sorted(router.load(r).inflight for r in ("rep0", "rep1")) == [2, 2]
     assert route(router, cat, "more")[0] is None  # everyone full -> queue
-    router.release(tickets[0], True, 1.0, reported=(100, 0))
+    router.release(tickets[0], True, 1.0, reported=(100, 16, 0))
     assert route(router, cat, "more")[0].replica.id == tickets[0].replica.id
     assert router.load("rep0").pending_prefill_tokens >= 0
 
@@ -199,9 +199,9 @@ def test_replica_that_answers_slower_than_predicted_is_avoided_then_retried():
     prompt = "Q" * 400
     d1, t1 = route(router, cat, prompt, now=0.0)
     # the engine took 500 ms where the model said ~1 ms: a slow host
-    router.first_byte(t1, 500.0, now=0.1)
-    assert router.bias_ms(d1.replica.id, 0.1) > 50
-    d2, _ = route(router, cat, prompt, now=0.2)
+    router.first_byte(t1, now=0.5)  # 500 ms after its dispatch
+    assert router.bias_ms(d1.replica.id, 0.5) > 50
+    d2, _ = route(router, cat, prompt, now=0.6)
     assert d2.replica.id != d1.replica.id  # the cached prefix is not worth 100 ms of measured slowness
     assert router.bias_ms(d1.replica.id, 60.0) < 1  # the penalty fades, so it is tried again later
 
