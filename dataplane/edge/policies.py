@@ -14,7 +14,6 @@ from typing import Protocol
 
 from dataplane.edge.catalog import Replica
 from dataplane.edge.prefix import PrefixIndex
-from dataplane.edge.speed import SAME, Pace
 
 
 @dataclass(slots=True)
@@ -43,7 +42,6 @@ class Candidate:
     capacity: int  # most concurrent requests the edge sends to this replica
     bias_ms: float = 0.0  # how much slower than predicted this replica has recently been (see Router)
     degraded: str = ""  # why the router offered it past its health filter (router.DEGRADED_*), or ""
-    pace: Pace = SAME  # how much slower than its variant's typical replica it prefills and decodes (speed.py)
 
     @property
     def running(self) -> int:
@@ -111,30 +109,21 @@ class LeastLoad:
 
 
 class TtftModel:
-    """Cost coefficients of the TTFT prediction, calibrated online from observed TTFTs: one per-token
-    prefill cost and one per-running-request decode share for the fleet's typical replica. What
-    sets one replica apart (a slower GPU type) is its ``Pace`` (``speed.py``), learned relative to
-    its peers: learning absolute costs per replica was tried and reverted, because at saturation the
-    engines' own queueing inflates a busy replica's samples, the edge then steers away from it, the
-    others saturate in turn, and the fleet collapsed (bench/edge/README.md, 2026-12-02)."""
+    """Cost coefficients of the TTFT prediction, calibrated online from observed TTFTs (one per-token
+    prefill cost for the fleet). Learning it per replica was tried and reverted: at saturation the
+    engines' own queueing inflates a busy replica's samples, the edge then steers away from it,
+    the others saturate in turn, and the fleet collapsed (bench/edge/README.md, 2026-12-02)."""
 
     def __init__(self, prefill_ms_per_token: float, decode_ms_per_running: float) -> None:
         self.prefill_ms_per_token = prefill_ms_per_token
         self.decode_ms_per_running = decode_ms_per_running
         self._initial = prefill_ms_per_token
 
-    def prefill_ms(self, tokens: int, pace: Pace = SAME) -> float:
-        return tokens * self.prefill_ms_per_token * pace.prefill
-
-    def decode_share_ms(self, running: int, pace: Pace = SAME) -> float:
-        return running * self.decode_ms_per_running * pace.decode
-
-    def predict(self, rtt_ms: float, backlog_tokens: int, running: int, pace: Pace = SAME) -> float:
-        return rtt_ms + self.prefill_ms(backlog_tokens, pace) + self.decode_share_ms(running, pace)
+    def predict(self, rtt_ms: float, backlog_tokens: int, running: int) -> float:
+        return rtt_ms + backlog_tokens * self.prefill_ms_per_token + running * self.decode_ms_per_running
 
     def observe(self, rtt_ms: float, backlog_tokens: int, observed_ttft_ms: float) -> None:
-        """Nudge the per-token prefill cost towards what a typical replica really took (the caller
-        divides a replica's own pace out of its TTFT first)."""
+        """Nudge the per-token prefill cost towards what the replica really took."""
         if backlog_tokens < 256 or observed_ttft_ms <= rtt_ms:
             return  # too small to say anything about per-token cost
         sample = (observed_ttft_ms - rtt_ms) / backlog_tokens

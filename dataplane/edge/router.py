@@ -11,7 +11,6 @@ from dataplane.edge.catalog import Catalog, Replica
 from dataplane.edge.policies import Candidate, Decision, ReplicaLoad, RouteRequest, RoutingPolicy, TtftModel
 from dataplane.edge.prefix import PrefixIndex
 from dataplane.edge.settings import EdgeSettings
-from dataplane.edge.speed import SAME, Pace, ReplicaSpeeds
 
 
 @dataclass(slots=True)
@@ -30,9 +29,7 @@ class Ticket:
     prompt_tokens: int = 0
     bias_at_dispatch: float = 0.0
     batch: bool = False  # batch-class: an engine with priority preemption gives its slot up
-    pace: Pace = SAME  # the replica's pace when it was chosen: what the prediction assumed
     dispatched_at: float = 0.0  # monotonic s
-    first_byte_at: float | None = None  # monotonic s of its first streamed token
 
 
 @dataclass(slots=True)
@@ -74,7 +71,6 @@ class Router:
     # model does not (a slow or CPU-starved host, a throttled GPU, a long batch) and fades with time so a
     # replica that was slow once is tried again.
     bias: dict[str, tuple[float, float]] = field(default_factory=dict)
-    speeds: ReplicaSpeeds = field(default_factory=ReplicaSpeeds)
     BIAS_ALPHA = 0.2
     BIAS_FADE_S = 5.0
 
@@ -107,7 +103,6 @@ class Router:
         """Drop state of replicas that left; keep everything else across snapshot swaps."""
         live = set(catalog.replicas)
         self.index.retain(live)
-        self.speeds.retain(live)
         for table in (self.breakers, self.health):
             for rid in list(table):
                 if rid not in live:
@@ -169,7 +164,7 @@ class Router:
         tiers = (("", first), (DEGRADED_FAILING_REGION, wider[0]), (DEGRADED_UNHEALTHY, wider[1]))
         for degraded, tier in tiers if degrade else tiers[:1]:
             out = [Candidate(r, self.load(r.id), self.rtt_ms(catalog, r), self.capacity(r),
-                             self.bias_ms(r.id, now) + st.slow_penalty_ms, degraded, self.speeds.pace(r.id))
+                             self.bias_ms(r.id, now) + st.slow_penalty_ms, degraded)
                    for r, st in tier if self.breaker(r.id).allows(now)]
             if out:
                 return out
@@ -215,14 +210,14 @@ class Router:
         ticket = Ticket(replica, decision, reserved_tokens, uncached, load.pending_prefill_tokens + uncached,
                         self.rtt_ms(catalog, replica), prompt_tokens=req.prompt_tokens,
                         bias_at_dispatch=self.bias_ms(replica.id, now) + self.health_of(replica.id).slow_penalty_ms,
-                        batch=batch, pace=self.speeds.pace(replica.id), dispatched_at=now)
+                        batch=batch, dispatched_at=now)
         if load.inflight == 0:
             load.busy_since = now
         load.inflight += 1
         load.batch_inflight += batch
         if batch:
             load.batch_prefill_until = (max(now, load.batch_prefill_until)
-                                        + self.ttft_model.prefill_ms(uncached, ticket.pace) / 1000)
+                                        + uncached * self.ttft_model.prefill_ms_per_token / 1000)
         load.interactive_prefilling += not batch
         load.inflight_tokens += reserved_tokens
         load.pending_prefill_tokens += uncached
@@ -259,27 +254,21 @@ class Router:
         whole) is taken to be past its prefill: the TTFT the model predicted at dispatch. Without
         it, such a request would count as prefilling until its last token, holding batch work off
         its replica and inflating the replica's backlog for its whole generation."""
-        return (ticket.rtt_ms + self.ttft_model.prefill_ms(ticket.backlog_at_dispatch, ticket.pace)) / 1000
+        return (ticket.rtt_ms + ticket.backlog_at_dispatch * self.ttft_model.prefill_ms_per_token) / 1000
 
     def first_byte(self, ticket: Ticket, now: float) -> None:
         """The replica streamed ``ticket``'s first token at ``now``. What it took is timed from the
         dispatch, as the prediction was: the client's TTFT also holds the wait in the edge's queue
         and any earlier try elsewhere, which say nothing about this replica (counted against it,
-        a queue at the edge made whichever replica took the waiting requests look slow)."""
+        a queue at the edge made whichever replica took the waiting requests look slow, and fed
+        the wait into the fleet-wide prefill cost)."""
         load = self.prefill_over(ticket)
         if load is None:
             return
         rid = ticket.replica.id
-        load.last_progress = ticket.first_byte_at = now
+        load.last_progress = now
         ttft_ms = (now - ticket.dispatched_at) * 1000
-        # What a replica of the fleet's typical pace would have taken, for the fleet-wide cost...
-        beyond_rtt = ttft_ms - ticket.rtt_ms
-        self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch,
-                                ticket.rtt_ms + beyond_rtt / ticket.pace.prefill)
-        # ...and, where nothing else of this edge was prefilling there, this replica's own pace.
-        if ticket.backlog_at_dispatch <= ticket.uncached_tokens:
-            self.speeds.observe_prefill(rid, ticket.replica.variant_id, ticket.uncached_tokens,
-                                        self.ttft_model.prefill_ms(ticket.uncached_tokens), beyond_rtt)
+        self.ttft_model.observe(ticket.rtt_ms, ticket.backlog_at_dispatch, ttft_ms)
         if ticket.decision.predicted_ttft_ms > 0:
             previous = self.bias_ms(rid, now)
             # predicted_ttft_ms already contains the bias at dispatch; compare against the model alone
@@ -287,9 +276,9 @@ class Router:
             self.bias[rid] = (previous + self.BIAS_ALPHA * (residual - previous), now)
 
     def release(self, ticket: Ticket, ok: bool | None, now: float,
-                reported: tuple[int, int, int] | None = None) -> None:
+                reported: tuple[int, int] | None = None) -> None:
         """``ok=None``: the request ended for reasons that say nothing about the replica (client left).
-        ``reported``: (prompt, completion, cached) tokens as the engine counted them."""
+        ``reported``: (prompt tokens, cached tokens) as the engine counted them."""
         if ticket.closed:
             return
         ticket.closed = True
@@ -306,15 +295,12 @@ class Router:
         elif ok:
             breaker.on_success()
             load.last_progress = now
-            if ticket.first_byte_at is not None and reported is not None:
-                self.speeds.observe_decode(ticket.replica.id, ticket.replica.variant_id, reported[1],
-                                           now - ticket.first_byte_at)
             # Only a prediction made while nothing else was still prefilling there can be judged: with
             # other prefills in flight the predicted blocks may simply not have been computed yet.
             settled = ticket.backlog_at_dispatch <= ticket.uncached_tokens
             if reported is not None and reported[0] > 0 and ticket.prompt_tokens > 0 and settled:
                 self.index.correct(ticket.replica.id, ticket.decision.predicted_cached_tokens / ticket.prompt_tokens,
-                                   reported[2] / reported[0])
+                                   reported[1] / reported[0])
         else:
             breaker.on_failure(now)
 

@@ -50,8 +50,8 @@ class Scorer(Protocol):
 
 class PredictedTtftScorer:
     """The request's predicted TTFT there: RTT + the prefill backlog the edge has sent and not seen
-    start + its own uncached prefill + the running batch's share of each step, each at the replica's
-    own pace (``speed.py``), + the replica's measured bias (slower than predicted lately, or slow to answer its health probe)."""
+    start + its own uncached prefill + the running batch's share of each step, + the replica's
+    measured bias (slower than predicted lately, or slow to answer its health probe)."""
 
     name = "predicted_ttft"
 
@@ -72,12 +72,12 @@ class PrefixScorer:
 
     def score(self, req: RouteRequest, cand: Candidate, est: Estimate, now: float) -> float:
         eviction = self.index.occupancy(cand.replica.id)
-        return (self.penalty + eviction) * self.model.prefill_ms(est.uncached_tokens, cand.pace)
+        return (self.penalty + eviction) * est.uncached_tokens * self.model.prefill_ms_per_token
 
 
 class LoadScorer:
     """Utilisation of the replica's slots, as the ms a fully busy replica would add: one running
-    request's decode share (at the replica's own decode pace) times the slots in use."""
+    request's decode share times the slots in use."""
 
     name = "load"
 
@@ -85,7 +85,7 @@ class LoadScorer:
         self.model = ctx.model
 
     def score(self, req: RouteRequest, cand: Candidate, est: Estimate, now: float) -> float:
-        return self.model.decode_share_ms(cand.running, cand.pace)
+        return cand.running * self.model.decode_ms_per_running
 
 
 class QueueScorer:
@@ -97,7 +97,7 @@ class QueueScorer:
         self.model = ctx.model
 
     def score(self, req: RouteRequest, cand: Candidate, est: Estimate, now: float) -> float:
-        return self.model.prefill_ms(cand.load.pending_prefill_tokens, cand.pace)
+        return cand.load.pending_prefill_tokens * self.model.prefill_ms_per_token
 
 
 SCORERS: dict[str, Callable[[ScoringContext], Scorer]] = {
@@ -160,7 +160,7 @@ class ScoredPicker:
     def estimate(self, req: RouteRequest, cand: Candidate, now: float) -> Estimate:
         cached = req.cached_tokens(self.ctx.index, cand.replica.id, now)
         uncached = req.prompt_tokens - cached
-        ttft = self.ctx.model.predict(cand.rtt_ms, cand.load.pending_prefill_tokens + uncached, cand.running, cand.pace)
+        ttft = self.ctx.model.predict(cand.rtt_ms, cand.load.pending_prefill_tokens + uncached, cand.running)
         return Estimate(cached, uncached, max(cand.rtt_ms, ttft + cand.bias_ms))
 
     def choose(self, req: RouteRequest, candidates: list[Candidate], now: float) -> Decision | None:

@@ -151,10 +151,12 @@ def _ends_stream(chunk: bytes) -> bool:
     return chunk.startswith(b"data: [DONE]") or chunk.endswith(b"data: [DONE]\n\n")
 
 
-def _reported(usage: dict[str, Any] | None) -> tuple[int, int, int] | None:
-    """(prompt, completion, cached) tokens as the engine counted them: the prefix index corrects
-    itself by the cached share, the replica's decode pace is timed over the completion."""
-    return token_counts(usage) if usage else None
+def _reported(usage: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(prompt, cached) tokens as the engine counted them, for the prefix index's self-correction."""
+    if not usage:
+        return None
+    prompt, _, cached = token_counts(usage)
+    return prompt, cached
 
 
 def _engine_message(data: bytes) -> str:
@@ -661,7 +663,7 @@ class EdgeService:
             self.admission.pump(ticket.replica.variant_id)
 
     def _release(self, st: RequestState, ticket: Ticket, ok: bool | None,
-                 reported: tuple[int, int, int] | None = None) -> None:
+                 reported: tuple[int, int] | None = None) -> None:
         if not ticket.closed and not ticket.batch:  # batch work never took a place in the guard
             self.share_guard(ticket.replica.variant_id).released(ticket.tenant_id)
         rid = ticket.replica.id

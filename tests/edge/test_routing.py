@@ -120,7 +120,7 @@ def test_capacity_guard_and_release():
     # despite the shared prefix, no replica went past its 2 slots
     assert sorted(router.load(r).inflight for r in ("rep0", "rep1")) == [2, 2]
     assert route(router, cat, "more")[0] is None  # everyone full -> queue
-    router.release(tickets[0], True, 1.0, reported=(100, 16, 0))
+    router.release(tickets[0], True, 1.0, reported=(100, 0))
     assert route(router, cat, "more")[0].replica.id == tickets[0].replica.id
     assert router.load("rep0").pending_prefill_tokens >= 0
 
@@ -204,6 +204,18 @@ def test_replica_that_answers_slower_than_predicted_is_avoided_then_retried():
     d2, _ = route(router, cat, prompt, now=0.6)
     assert d2.replica.id != d1.replica.id  # the cached prefix is not worth 100 ms of measured slowness
     assert router.bias_ms(d1.replica.id, 60.0) < 1  # the penalty fades, so it is tried again later
+
+
+def test_a_replica_is_judged_from_its_dispatch_not_from_the_clients_wait_in_the_edge_queue():
+    """A request that waited 10 s in the edge's queue and then got its first token 20 ms after its
+    dispatch was served promptly: the replica gains no bias and the fleet's prefill cost no wait."""
+    cat = catalog(n=2, max_running=100)
+    router = make_router(prefill_ms_per_token=0.05, decode_ms_per_running=0.0)
+    per_token = router.ttft_model.prefill_ms_per_token
+    decision, ticket = route(router, cat, "Q" * 4000, now=10.0)
+    router.first_byte(ticket, now=10.0 + (ticket.rtt_ms + ticket.uncached_tokens * per_token) / 1000)
+    assert abs(router.bias_ms(decision.replica.id, 10.1)) < 5
+    assert router.ttft_model.prefill_ms_per_token == pytest.approx(per_token, rel=0.05)
 
 
 def test_a_new_scorer_is_one_class_and_one_registry_line(monkeypatch):
