@@ -207,8 +207,8 @@ def test_replica_that_answers_slower_than_predicted_is_avoided_then_retried():
 
 
 def test_a_replica_is_judged_from_its_dispatch_not_from_the_clients_wait_in_the_edge_queue():
-    """A request that waited 10 s in the edge's queue and then got its first token 20 ms after its
-    dispatch was served promptly: the replica gains no bias and the fleet's prefill cost no wait."""
+    """A request that waited 10 s in the edge's queue and then got its first token as predicted after
+    its dispatch was served promptly: the replica gains no bias and the fleet's prefill cost no wait."""
     cat = catalog(n=2, max_running=100)
     router = make_router(prefill_ms_per_token=0.05, decode_ms_per_running=0.0)
     per_token = router.ttft_model.prefill_ms_per_token
