@@ -63,6 +63,7 @@ class RouteRequest:
     prompt_tokens: int
     prompt_chars: int
     tenant_id: str = ""
+    max_tokens: int = 0  # the most it may generate (0: not known); KV admission reserves for its output
 
     def cached_tokens(self, index: PrefixIndex, replica_id: str, now: float) -> int:
         """Prompt tokens a replica is predicted to hold: the matched share of the prompt's characters

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from dataplane.edge.breaker import CircuitBreaker, RetryBudget
 from dataplane.edge.catalog import Catalog, Replica
+from dataplane.edge.kv import PinnedKv, loose_tokens
 from dataplane.edge.policies import Candidate, Decision, ReplicaLoad, RouteRequest, RoutingPolicy, TtftModel
 from dataplane.edge.prefix import PrefixIndex
 from dataplane.edge.settings import EdgeSettings
@@ -30,6 +31,8 @@ class Ticket:
     bias_at_dispatch: float = 0.0
     batch: bool = False  # batch-class: an engine with priority preemption gives its slot up
     dispatched_at: float = 0.0  # monotonic s
+    kv_hashes: list[int] | None = None  # the prompt blocks it pins on its replica (None: not counted)
+    kv_loose_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -71,7 +74,13 @@ class Router:
     # model does not (a slow or CPU-starved host, a throttled GPU, a long batch) and fades with time so a
     # replica that was slow once is tried again.
     bias: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # replica id -> the KV cache this edge's requests in flight pin there (see kv.py)
+    pinned: dict[str, PinnedKv] = field(default_factory=dict)
+    # EWMA of the tokens an answer generates: what KV admission reserves for an output (up to its
+    # max_tokens), since most answers stop well before their limit
+    output_tokens: float | None = None
     BIAS_ALPHA = 0.2
+    OUTPUT_ALPHA = 0.05
     BIAS_FADE_S = 5.0
 
     def bias_ms(self, replica_id: str, now: float) -> float:
@@ -99,6 +108,29 @@ class Router:
             st = self.health[replica_id] = HealthState()
         return st
 
+    def pinned_kv(self, replica_id: str) -> PinnedKv:
+        kv = self.pinned.get(replica_id)
+        if kv is None:
+            kv = self.pinned[replica_id] = PinnedKv()
+        return kv
+
+    def tokens_per_block(self) -> float:
+        return self.index.block_chars / self.index.chars_per_token
+
+    def kv_loose_tokens(self, req: RouteRequest) -> int:
+        """What ``req`` pins on a replica besides its prompt's full blocks: its prompt's tail and
+        the output it is expected to generate (the typical answer, capped by its max_tokens)."""
+        output = req.max_tokens if self.output_tokens is None else min(req.max_tokens, math.ceil(self.output_tokens))
+        return loose_tokens(req.prompt_tokens, len(req.hashes), self.tokens_per_block(), output)
+
+    def kv_fits(self, cand: Candidate, req: RouteRequest, loose: int) -> bool:
+        fill = self.settings.kv_admission_fill
+        kv_tokens = cand.replica.max_total_tokens
+        if fill <= 0 or kv_tokens <= 0:
+            return True
+        kv = self.pinned.get(cand.replica.id)
+        return kv is None or kv.fits(req.hashes, loose, self.tokens_per_block(), fill * kv_tokens)
+
     def on_catalog(self, catalog: Catalog) -> None:
         """Drop state of replicas that left; keep everything else across snapshot swaps."""
         live = set(catalog.replicas)
@@ -110,6 +142,9 @@ class Router:
         for rid in list(self.loads):
             if rid not in live and self.loads[rid].inflight == 0:
                 del self.loads[rid]
+        for rid in list(self.pinned):
+            if rid not in live and not self.pinned[rid].requests:
+                del self.pinned[rid]
 
     # ---- candidates ----
 
@@ -193,6 +228,9 @@ class Router:
             roomy = [c for c in candidates if c.running - c.load.batch_inflight < c.capacity]
         else:
             roomy = [c for c in candidates if c.has_room]
+        if roomy and self.settings.kv_admission_fill > 0:
+            loose = self.kv_loose_tokens(req)
+            roomy = [c for c in roomy if self.kv_fits(c, req, loose)]
         if not roomy:
             return None
         return self.policy.choose(req, roomy, now)
@@ -221,6 +259,9 @@ class Router:
         load.interactive_prefilling += not batch
         load.inflight_tokens += reserved_tokens
         load.pending_prefill_tokens += uncached
+        if self.settings.kv_admission_fill > 0:
+            ticket.kv_hashes, ticket.kv_loose_tokens = req.hashes, self.kv_loose_tokens(req)
+            self.pinned_kv(replica.id).pin(req.hashes, ticket.kv_loose_tokens)
         self.breaker(replica.id).on_dispatch()
         self.index.record(replica.id, replica.max_total_tokens, req.hashes, now)
         return ticket
@@ -276,12 +317,18 @@ class Router:
             self.bias[rid] = (previous + self.BIAS_ALPHA * (residual - previous), now)
 
     def release(self, ticket: Ticket, ok: bool | None, now: float,
-                reported: tuple[int, int] | None = None) -> None:
+                reported: tuple[int, int] | None = None, completion_tokens: int | None = None) -> None:
         """``ok=None``: the request ended for reasons that say nothing about the replica (client left).
-        ``reported``: (prompt tokens, cached tokens) as the engine counted them."""
+        ``reported``: (prompt tokens, cached tokens) as the engine counted them; ``completion_tokens``:
+        what it generated."""
         if ticket.closed:
             return
         ticket.closed = True
+        if ticket.kv_hashes is not None:
+            self.pinned_kv(ticket.replica.id).unpin(ticket.kv_hashes, ticket.kv_loose_tokens)
+        if completion_tokens is not None:
+            self.output_tokens = (float(completion_tokens) if self.output_tokens is None else
+                                  self.output_tokens + self.OUTPUT_ALPHA * (completion_tokens - self.output_tokens))
         load = self.load(ticket.replica.id)
         if not ticket.started:
             load.pending_prefill_tokens -= ticket.uncached_tokens

@@ -478,7 +478,7 @@ class EdgeService:
                 self.signals.holding(variant.served_model_name, -1)
 
         route_req = RouteRequest(block_hashes(req.prompt_text, s.prefix_block_chars), req.prompt_tokens_est,
-                                 len(req.prompt_text), tenant.id)
+                                 len(req.prompt_text), tenant.id, req.max_tokens)
         payload = upstream_body(req, variant.served_model_name, st.priority, variant.priority_scheduling)
         path = KIND_PATHS[kind]
         excluded: set[str] = set()
@@ -669,7 +669,8 @@ class EdgeService:
         rid = ticket.replica.id
         breaker = self.router.breakers.get(rid)
         before = breaker.state if breaker is not None else None
-        self.router.release(ticket, ok, time.monotonic(), reported)
+        completion = token_counts(st.usage)[1] if ok and st.usage else None
+        self.router.release(ticket, ok, time.monotonic(), reported, completion)
         if breaker is not None and breaker.state != before:
             self.metrics.child(self.metrics.breaker_open, rid).set(1 if breaker.state == OPEN else 0)
         self.metrics.child(self.metrics.inflight, rid).set(self.router.load(rid).inflight)

@@ -43,6 +43,9 @@ class EdgeSettings:
     default_rtt_ms: float = 1.0
     capacity_factor: float = 1.0  # fraction of a replica's max_running_requests the edge will fill
     max_inflight_per_replica: int | None = None  # hard override of the per-replica concurrency cap
+    # KV-aware admission (kv.py): a request goes only where the prompt blocks and outputs of this edge's
+    # requests in flight, plus its own, fit in this share of the replica's max_total_tokens; 0 disables
+    kv_admission_fill: float = 1.0
     prefix_block_chars: int = 64
     prefix_index_blocks: int = 1_000_000  # global bound on the prefix index
     prefix_ttl_s: float = 600.0
