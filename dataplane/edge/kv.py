@@ -37,14 +37,17 @@ class PinnedKv:
 
     def new_blocks(self, hashes: Sequence[int]) -> int:
         """Blocks of a prompt that no request in flight here pins. Hashes are chained (block i's
-        covers blocks 0..i), so the pinned ones are a leading run."""
-        shared = 0
+        covers blocks 0..i) and a request pins its whole chain, so the pinned ones are a leading
+        run: found by bisection, a few lookups per candidate even for a long prompt."""
         blocks = self.blocks
-        for h in hashes:
-            if h not in blocks:
-                break
-            shared += 1
-        return len(hashes) - shared
+        lo, hi = 0, len(hashes)  # hashes[:lo] pinned, hashes[hi:] not
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hashes[mid] in blocks:
+                lo = mid + 1
+            else:
+                hi = mid
+        return len(hashes) - lo
 
     def pin(self, hashes: Sequence[int], loose_tokens: int) -> None:
         blocks = self.blocks

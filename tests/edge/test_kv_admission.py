@@ -3,6 +3,8 @@ what this edge's requests in flight pin there, whatever the slot count says."""
 
 from __future__ import annotations
 
+import random
+
 from dataplane.edge.kv import PinnedKv, loose_tokens
 from dataplane.edge.policies import RouteRequest
 from dataplane.edge.prefix import block_hashes
@@ -75,3 +77,17 @@ def test_kv_admission_can_be_turned_off():
     router = make_router(kv_admission_fill=0.0)
     cat = catalog(n=2, max_running=8, max_total_tokens=200)
     assert all(send(router, cat, request(text)) is not None for text in (A, B, C))
+
+
+def test_the_unpinned_blocks_are_found_by_bisection_exactly_as_a_scan_finds_them():
+    rng = random.Random(5)
+    for _ in range(200):
+        kv = PinnedKv()
+        # prompts that share prefixes of random lengths (a two-letter alphabet makes that common)
+        texts = ["".join(rng.choice("ab") for _ in range(rng.randint(0, 30))) * 16 for _ in range(5)]
+        for text in texts[:3]:
+            kv.pin(block_hashes(text, 16), 0)
+        for text in texts:
+            hashes = block_hashes(text, 16)
+            leading = next((i for i, h in enumerate(hashes) if h not in kv.blocks), len(hashes))
+            assert kv.new_blocks(hashes) == len(hashes) - leading
