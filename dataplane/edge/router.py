@@ -208,8 +208,10 @@ class Router:
     def choose(self, req: RouteRequest, candidates: list[Candidate], now: float,
                keep_free: float = 0.0, preempts_batch: bool = False,
                interactive_peak: float | None = None) -> Decision | None:
-        """The capacity guard: only replicas with room are offered to the policy. None means every
-        candidate is full and the request must wait in the admission queue. ``keep_free``: the share
+        """The capacity guard: only replicas with room are offered to the policy: a free slot, and
+        KV space for what the request would pin beside this edge's requests in flight there
+        (``kv_fits``). None means every candidate is full and the request must wait in the admission
+        queue. ``keep_free``: the share
         of each replica's slots this request may not take (batch work leaves it to interactive); with
         ``interactive_peak`` (the most interactive requests one replica recently held) it leaves that
         many plus one, up to the share. ``preempts_batch``: the engines preempt batch-class requests
