@@ -76,9 +76,10 @@ class Router:
     bias: dict[str, tuple[float, float]] = field(default_factory=dict)
     # replica id -> the KV cache this edge's requests in flight pin there (see kv.py)
     pinned: dict[str, PinnedKv] = field(default_factory=dict)
-    # EWMA of the tokens an answer generates: what KV admission reserves for an output (up to its
-    # max_tokens), since most answers stop well before their limit
-    output_tokens: float | None = None
+    # variant id -> EWMA of the tokens an answer generates: what KV admission reserves for an output
+    # (up to its max_tokens), since most answers stop well before their limit; per variant, as models
+    # answer at different lengths (and embeddings generate nothing)
+    output_tokens: dict[str, float] = field(default_factory=dict)
     BIAS_ALPHA = 0.2
     OUTPUT_ALPHA = 0.05
     BIAS_FADE_S = 5.0
@@ -117,10 +118,12 @@ class Router:
     def tokens_per_block(self) -> float:
         return self.index.block_chars / self.index.chars_per_token
 
-    def kv_loose_tokens(self, req: RouteRequest) -> int:
-        """What ``req`` pins on a replica besides its prompt's full blocks: its prompt's tail and
-        the output it is expected to generate (the typical answer, capped by its max_tokens)."""
-        output = req.max_tokens if self.output_tokens is None else min(req.max_tokens, math.ceil(self.output_tokens))
+    def kv_loose_tokens(self, req: RouteRequest, variant_id: str) -> int:
+        """What ``req`` pins on a replica of ``variant_id`` besides its prompt's full blocks: its
+        prompt's tail and the output it is expected to generate (the variant's typical answer,
+        capped by the request's max_tokens)."""
+        typical = self.output_tokens.get(variant_id)
+        output = req.max_tokens if typical is None else min(req.max_tokens, math.ceil(typical))
         return loose_tokens(req.prompt_tokens, len(req.hashes), self.tokens_per_block(), output)
 
     def kv_fits(self, cand: Candidate, req: RouteRequest, loose: int) -> bool:
@@ -231,7 +234,7 @@ class Router:
         else:
             roomy = [c for c in candidates if c.has_room]
         if roomy and self.settings.kv_admission_fill > 0:
-            loose = self.kv_loose_tokens(req)
+            loose = self.kv_loose_tokens(req, roomy[0].replica.variant_id)
             roomy = [c for c in roomy if self.kv_fits(c, req, loose)]
         if not roomy:
             return None
@@ -262,7 +265,7 @@ class Router:
         load.inflight_tokens += reserved_tokens
         load.pending_prefill_tokens += uncached
         if self.settings.kv_admission_fill > 0:
-            ticket.kv_hashes, ticket.kv_loose_tokens = req.hashes, self.kv_loose_tokens(req)
+            ticket.kv_hashes, ticket.kv_loose_tokens = req.hashes, self.kv_loose_tokens(req, replica.variant_id)
             self.pinned_kv(replica.id).pin(req.hashes, ticket.kv_loose_tokens)
         self.breaker(replica.id).on_dispatch()
         self.index.record(replica.id, replica.max_total_tokens, req.hashes, now)
@@ -329,8 +332,10 @@ class Router:
         if ticket.kv_hashes is not None:
             self.pinned_kv(ticket.replica.id).unpin(ticket.kv_hashes, ticket.kv_loose_tokens)
         if completion_tokens is not None:
-            self.output_tokens = (float(completion_tokens) if self.output_tokens is None else
-                                  self.output_tokens + self.OUTPUT_ALPHA * (completion_tokens - self.output_tokens))
+            vid = ticket.replica.variant_id
+            typical = self.output_tokens.get(vid)
+            self.output_tokens[vid] = (float(completion_tokens) if typical is None else
+                                       typical + self.OUTPUT_ALPHA * (completion_tokens - typical))
         load = self.load(ticket.replica.id)
         if not ticket.started:
             load.pending_prefill_tokens -= ticket.uncached_tokens

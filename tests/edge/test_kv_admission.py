@@ -60,16 +60,17 @@ def test_a_request_waits_rather_than_bring_its_prefix_into_a_cache_full_of_other
     assert late is not None and late.replica.id == first.replica.id
 
 
-def test_the_output_reserve_learns_typical_answers_and_never_exceeds_max_tokens():
+def test_the_output_reserve_learns_each_variants_typical_answers_and_never_exceeds_max_tokens():
     router = make_router()
     cat = catalog(n=1, max_running=8, max_total_tokens=10_000)
     req = request(A, max_tokens=500)
-    assert router.kv_loose_tokens(req) == 500  # nothing learned yet: the limit
+    assert router.kv_loose_tokens(req, "v") == 500  # nothing learned yet: the limit
     for _ in range(3):
         ticket = send(router, cat, req)
         router.release(ticket, True, 1.0, completion_tokens=40)
-    assert router.kv_loose_tokens(req) == 40
-    assert router.kv_loose_tokens(request(A, max_tokens=16)) == 16
+    assert router.kv_loose_tokens(req, "v") == 40
+    assert router.kv_loose_tokens(request(A, max_tokens=16), "v") == 16
+    assert router.kv_loose_tokens(req, "another-variant") == 500  # learned per variant
     assert router.pinned_kv("rep0").requests == 0 and router.pinned_kv("rep0").blocks == {}
 
 
