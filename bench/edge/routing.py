@@ -204,7 +204,13 @@ def levels(args, fleet, keys, edge_tenants) -> None:
              "hit ratio", "tok/s ratio", "errors edge/router", "edge p90 per run", "router p90 per run"]]
     for rate in [float(x) for x in args.levels.split(",")]:
         runs = alternate(argparse.Namespace(**{**vars(args), "session_rate": rate}), fleet, keys, edge_tenants)
-        e, s = median_result(runs[EDGE]), median_result(runs[CACHE_AWARE])
+        e = median_result(runs[EDGE])
+        if args.only_edge:  # no router runs to compare with: the edge's own row
+            print(f"{rate:g} sessions/s: edge p50/p90/p99 {e['p50']:.0f} / {e['p90']:.0f} / {e['p99']:.0f} ms, "
+                  f"hit {e['hit']:.1%}, errors {e['errors']}, p90 per run "
+                  + " ".join(f"{x['p90']:.0f}" for x in runs[EDGE]), flush=True)
+            continue
+        s = median_result(runs[CACHE_AWARE])
         rows.append([f"{rate:g}" if rate > 0 else "burst", str(e["requests"]),
                      f"{e['p50']:.0f} / {e['p90']:.0f} / {e['p99']:.0f}",
                      f"{s['p50']:.0f} / {s['p90']:.0f} / {s['p99']:.0f}", f"{e['p90'] / s['p90']:.2f}x",
@@ -212,6 +218,8 @@ def levels(args, fleet, keys, edge_tenants) -> None:
                      f"{e['errors']}/{s['errors']}", " ".join(f"{x['p90']:.0f}" for x in runs[EDGE]),
                      " ".join(f"{x['p90']:.0f}" for x in runs[CACHE_AWARE])])
         print(table(rows[:1] + rows[-1:]), flush=True)  # each level as it ends
+    if args.only_edge:
+        return
     print("\n" + table(rows))
     print("targets (issue 19): p90 ratio <= 0.5x, hit ratio >= 1.0x, no errors where sglang-router has none")
 
