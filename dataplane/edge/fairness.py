@@ -154,11 +154,21 @@ class ShareGuard:
     Many light tenants do not peak together: with dozens of them the sum of their individual peaks
     reserves several times what they ever use at once, and the heavy tenant (say the head of a Zipf
     mix, a quarter of the traffic) queues at the edge for slots that then stand idle.
+
+    Both estimates size the reserve by what the others *hold*; what the reserve is for is only the
+    others' *arrivals* between two slot releases, since a quiet request that finds no free slot
+    takes the next one that frees (VTC puts it ahead of the heavy tenant). So the reserve is also
+    capped by ``queueing_reserve``: the fewest slots such that at most ``wait_share`` of the others'
+    arrivals find none free, from the others' arrival rate against the rate slots free up. On a
+    big or busy fleet slots free up many times between two quiet arrivals and a few reserved
+    slots do what dozens did (bench/edge/README.md, 2026-12-06 third session); on a small fleet
+    of long requests the cap is loose and the estimates above decide.
     """
 
     def __init__(self, burst_slots: float = 2.0, active_window_s: float = 10.0, heavy_factor: float = 2.0,
-                 rate_window_s: float = 2.0) -> None:
+                 rate_window_s: float = 2.0, wait_share: float = 0.001) -> None:
         self.burst_slots = burst_slots
+        self.wait_share = wait_share
         self.active_window_s = active_window_s
         self.heavy_factor = heavy_factor
         self.rate_window_s = rate_window_s  # short, so a flood is recognised within a fraction of a second
@@ -169,10 +179,33 @@ class ShareGuard:
         self._peak: dict[str, RollingPeak] = {}  # tenant -> its own concurrency
         self._others_peak: dict[str, RollingPeak] = {}  # heavy tenant -> everyone else's combined concurrency
         self._rate: dict[str, tuple[float, float]] = {}  # tenant -> (EWMA arrivals/s, as of)
+        self._release_rate: tuple[float, float] = (0.0, 0.0)  # (EWMA slot releases/s, as of)
+
+    def _decayed(self, value: float, at: float, now: float) -> float:
+        return value * math.exp(-(now - at) / self.rate_window_s)
 
     def rate(self, tenant_id: str, now: float) -> float:
         value, at = self._rate.get(tenant_id, (0.0, now))
-        return value * math.exp(-(now - at) / self.rate_window_s)
+        return self._decayed(value, at, now)
+
+    def release_rate(self, now: float) -> float:
+        return self._decayed(*self._release_rate, now)
+
+    def queueing_reserve(self, others_rate: float, now: float) -> float:
+        """The fewest free slots that leave at most ``wait_share`` of the others' arrivals finding
+        none. While the heavy tenant takes every slot above the reserve, the free slots go down by
+        one at each arrival of the others (rate lambda) and up by one at each release (rate mu), up
+        to the reserve r: a birth-death chain in which an arrival finds none free with probability
+        (rho - 1) / (rho^(r+1) - 1), rho = mu / lambda. Infinite (no cap) until releases are seen
+        to outpace the others' arrivals, and with ``wait_share`` 0 (no arrival may wait)."""
+        if self.wait_share <= 0.0:
+            return math.inf
+        if others_rate <= 0.0:
+            return 0.0
+        rho = self.release_rate(now) / others_rate
+        if rho <= 1.0 + 1e-9:
+            return math.inf
+        return max(0.0, math.ceil(math.log1p((rho - 1.0) / self.wait_share) / math.log(rho) - 1e-9) - 1.0)
 
     def heavy(self, tenant_id: str, others: list[str], fair: float, now: float) -> bool:
         """Arriving much faster than the others, or holding far more than a fair share of slots."""
@@ -231,7 +264,8 @@ class ShareGuard:
             return True
         reserve = sum(max(0.0, min(fair, self.demand(u, now)) - self.inflight.get(u, 0)) for u in others)
         others_now = self.total_inflight - self.inflight.get(tenant_id, 0)
-        reserve = min(reserve, max(0.0, self.others_demand(tenant_id, others_now, now) - others_now))
+        reserve = min(reserve, max(0.0, self.others_demand(tenant_id, others_now, now) - others_now),
+                      self.queueing_reserve(sum(self.rate(u, now) for u in others), now))
         return free_slots > reserve
 
     def acquired(self, tenant_id: str, now: float) -> None:
@@ -246,10 +280,11 @@ class ShareGuard:
             if heavy != tenant_id:
                 watch.observe(self.total_inflight - self.inflight.get(heavy, 0), now)
 
-    def released(self, tenant_id: str) -> None:
+    def released(self, tenant_id: str, now: float) -> None:
         left = self.inflight.get(tenant_id, 0) - 1
         if left >= 0:
             self.total_inflight -= 1
+            self._release_rate = (self.release_rate(now) + 1.0 / self.rate_window_s, now)
         if left > 0:
             self.inflight[tenant_id] = left
         else:

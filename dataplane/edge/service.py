@@ -580,7 +580,8 @@ class EdgeService:
         guard = self.share_guards.get(variant_id)
         if guard is None:
             guard = self.share_guards[variant_id] = ShareGuard(self.settings.fair_burst_slots,
-                                                               self.settings.fair_active_window_s)
+                                                               self.settings.fair_active_window_s,
+                                                               wait_share=self.settings.fair_wait_share)
         return guard
 
     async def _acquire(self, st: RequestState, route_req: RouteRequest, excluded: set[str]) -> Ticket:
@@ -665,7 +666,7 @@ class EdgeService:
     def _release(self, st: RequestState, ticket: Ticket, ok: bool | None,
                  reported: tuple[int, int] | None = None) -> None:
         if not ticket.closed and not ticket.batch:  # batch work never took a place in the guard
-            self.share_guard(ticket.replica.variant_id).released(ticket.tenant_id)
+            self.share_guard(ticket.replica.variant_id).released(ticket.tenant_id, time.monotonic())
         rid = ticket.replica.id
         breaker = self.router.breakers.get(rid)
         before = breaker.state if breaker is not None else None
