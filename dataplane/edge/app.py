@@ -6,63 +6,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Any
+from collections.abc import Awaitable
 from urllib.parse import unquote
 
 from dataplane import httpserver
-from dataplane.edge import batch_api, door, errors, readiness
-from dataplane.edge.service import EdgeService, send_json
-from dataplane.edge.validation import INFERENCE_ROUTES
+from dataplane.edge import batch_api, door, errors, readiness, routes
+from dataplane.edge.routes import Route
+from dataplane.edge.service import EdgeService
+from dataplane.edge.writer import ConnectionWriter, respond_json
 
 log = logging.getLogger("nimbus.edge.app")
 
-EARLY_ROUTES = frozenset(path.encode() for path in INFERENCE_ROUTES)
 # In-flight streams get this long to finish when the edge is told to stop.
 SHUTDOWN_GRACE_S = 30.0
-
-
-class ConnectionSend:
-    """``EdgeService`` speaks ASGI-shaped messages (``http.response.start`` / ``.body`` with
-    ``more_body``); this writes them straight to the client's connection: a single body becomes a
-    Content-Length response, ``more_body`` turns it into a chunked stream, and a slow reader
-    pauses the writer (flow control) instead of growing the edge's memory."""
-
-    __slots__ = ("conn", "headers", "status", "streaming")
-
-    def __init__(self, conn: httpserver.Connection) -> None:
-        self.conn = conn
-        self.status = 200
-        self.headers = b""
-        self.streaming = False
-
-    async def __call__(self, message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-            self.headers = httpserver.render_headers(message.get("headers", ()))
-            return
-        body = message.get("body", b"")
-        more = message.get("more_body", False)
-        conn = self.conn
-        if not self.streaming:
-            if not more:
-                conn.write_raw_response(self.status, self.headers, body)
-                return
-            self.streaming = True
-            conn.start_raw_chunked(self.status, self.headers)
-        if more:
-            conn.write_chunk(body)
-            await conn.drain()
-        else:
-            conn.end_chunked(body)
-
-    def write_now(self, body: bytes) -> bool:
-        """Write one chunk of a started stream synchronously (no coroutine: the streamed-token hot
-        path). False when the stream has not started or the client is gone or backed up; the caller
-        then sends through ``__call__``, which waits for the drain."""
-        if not self.streaming or not self.conn.writable:
-            return False
-        self.conn.write_chunk(body)
-        return True
 
 
 class EdgeApp:
@@ -71,7 +27,9 @@ class EdgeApp:
         s = service.settings
         self.throttle = door.AddressThrottle(s.unauth_rate_per_s, s.unauth_burst)
         self.check_credentials = door.CredentialCheck(lambda: self.service.catalog, edge_token=s.edge_token)
-        self.batch_api = batch_api.BatchApiForwarder(s.control_plane_url, s.edge_token)
+        self.batch_api_forwarder = batch_api.BatchApiForwarder(s.control_plane_url, s.edge_token)
+        self._handlers = {route.handler: getattr(self, route.handler)
+                          for route in (*routes.ROUTES.values(), *(r for _, r in routes.PREFIX_ROUTES))}
 
     def early(self, conn: httpserver.Connection, method: bytes, url: bytes,
               headers: dict[bytes, bytes]) -> httpserver.EarlyAnswer | None:
@@ -81,7 +39,7 @@ class EdgeApp:
         if auth in check._passed and check._catalog is self.service.catalog:  # a key that passed already
             return None
         path = url.partition(b"?")[0]
-        if method != b"POST" or (path not in EARLY_ROUTES and path != b"/v1/files"):  # uploads: before 100 MiB
+        if method != b"POST" or path not in routes.CREDENTIALS_FIRST:
             return None
         exc = self.check_credentials(auth)
         if exc is None:
@@ -93,56 +51,70 @@ class EdgeApp:
 
     async def dispatch(self, request: httpserver.Request) -> None:
         path, method = request.path, request.method
-        send = ConnectionSend(request.conn)
+        writer = ConnectionWriter(request.conn)
         try:
-            kind = INFERENCE_ROUTES.get(path)
-            if kind is not None:
-                if method != "POST":
-                    raise errors.EdgeError(405, "Use POST.", code="method_not_allowed")
-                if not request.early_checked:  # a pipelined request: the early check did not run
-                    exc = self.check_credentials(request.headers.get(b"authorization"))
-                    if exc is not None:
-                        raise exc
-                headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers.items()}
-                # A client that goes away cancels its request, which aborts the upstream call.
-                task = asyncio.current_task()
-                assert task is not None
-                request.conn.on_close(task.cancel)
-                await self.service.handle_inference(kind, headers, request.body, send)
-            elif path == "/v1/models" and method == "GET":
-                auth = request.headers.get(b"authorization")
-                await send_json(send, 200, self.service.list_models(auth.decode("latin-1") if auth else None))
-            elif path.startswith("/v1/models/") and len(path) > len("/v1/models/") and method == "GET":
-                auth = request.headers.get(b"authorization")
-                await send_json(send, 200, self.service.retrieve_model(auth.decode("latin-1") if auth else None,
-                                                                       unquote(path[len("/v1/models/"):])))
-            elif batch_api.routes(path):
-                status, kind, body = await self.batch_api.forward(self.service.catalog, request)
-                await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]})
-                await send({"type": "http.response.body", "body": body})
-            elif path == "/health":
-                await send_json(send, 200, b'{"status":"ok"}')
-            elif path.startswith("/health/") and method == "GET":
-                if path == "/health/ready":
-                    status, body = readiness.region_health(self.service)
-                elif path.startswith("/health/models/") and len(path) > len("/health/models/"):
-                    status, body = readiness.model_health(self.service, unquote(path[len("/health/models/"):]))
-                else:
-                    raise errors.EdgeError(404, f"No route for {method} {path}.", code="not_found")
-                await send_json(send, status, body, {"cache-control": "no-store"})
-            elif path == "/ready":
-                ready = self.service.catalog is not None
-                await send_json(send, 200 if ready else 503, b'{"ready":%s}' % (b"true" if ready else b"false"))
-            elif path == "/metrics":
-                self.service.metrics.snapshot_age.set(self.service.snapshot_age())
-                request.conn.write_response(200, self.service.metrics.render(), b"text/plain; version=0.0.4")
-            else:
+            found = routes.match(path)
+            if found is None:
                 raise errors.EdgeError(404, f"No route for {method} {path}.", code="not_found")
+            route, rest = found
+            if method not in route.methods:
+                raise errors.EdgeError(405, f"Use {' or '.join(sorted(route.methods))}.", code="method_not_allowed",
+                                       headers={"allow": ", ".join(sorted(route.methods))})
+            pending = self._handlers[route.handler](request, writer, route, rest)
+            if pending is not None:
+                await pending
         except errors.EdgeError as exc:
             if exc.status == 401:
                 exc = door.authentication_error(exc, self.throttle, request.conn.client)
                 self.service.metrics.child(self.service.metrics.unauthenticated, str(exc.status)).inc()
-            await send_json(send, exc.status, exc.body(), exc.headers)
+            respond_json(writer, exc.status, exc.body(), exc.headers)
+
+    # ------------------------------------------------------------------ handlers (routes.py names them)
+    # A handler answers at once, or returns what is left to await (no coroutine for the many
+    # answers that need none).
+
+    def inference(self, request: httpserver.Request, writer: ConnectionWriter, route: Route,
+                  _: str) -> Awaitable[None]:
+        assert route.kind is not None
+        if not request.early_checked:  # a pipelined request: the early check did not run
+            exc = self.check_credentials(request.headers.get(b"authorization"))
+            if exc is not None:
+                raise exc
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers.items()}
+        # A client that goes away cancels its request, which aborts the upstream call.
+        task = asyncio.current_task()
+        assert task is not None
+        request.conn.on_close(task.cancel)
+        return self.service.handle_inference(route.kind, headers, request.body, writer)
+
+    def list_models(self, request: httpserver.Request, writer: ConnectionWriter, _: Route, __: str) -> None:
+        respond_json(writer, 200, self.service.list_models(_authorization(request)))
+
+    def retrieve_model(self, request: httpserver.Request, writer: ConnectionWriter, _: Route, model_id: str) -> None:
+        respond_json(writer, 200, self.service.retrieve_model(_authorization(request), unquote(model_id)))
+
+    async def batch_api(self, request: httpserver.Request, writer: ConnectionWriter, _: Route, __: str) -> None:
+        status, kind, body = await self.batch_api_forwarder.forward(self.service.catalog, request)
+        writer.respond(status, [(b"content-type", kind)], body)
+
+    def health(self, request: httpserver.Request, writer: ConnectionWriter, _: Route, __: str) -> None:
+        respond_json(writer, 200, b'{"status":"ok"}')
+
+    def region_health(self, request: httpserver.Request, writer: ConnectionWriter, _: Route, __: str) -> None:
+        status, body = readiness.region_health(self.service)
+        respond_json(writer, status, body, {"cache-control": "no-store"})
+
+    def model_health(self, request: httpserver.Request, writer: ConnectionWriter, _: Route, name: str) -> None:
+        status, body = readiness.model_health(self.service, unquote(name))
+        respond_json(writer, status, body, {"cache-control": "no-store"})
+
+    def ready(self, request: httpserver.Request, writer: ConnectionWriter, _: Route, __: str) -> None:
+        ready = self.service.catalog is not None
+        respond_json(writer, 200 if ready else 503, b'{"ready":%s}' % (b"true" if ready else b"false"))
+
+    def metrics(self, request: httpserver.Request, writer: ConnectionWriter, _: Route, __: str) -> None:
+        self.service.metrics.snapshot_age.set(self.service.snapshot_age())
+        request.conn.write_response(200, self.service.metrics.render(), b"text/plain; version=0.0.4")
 
     def server_options(self, fd_limit: int | None = None) -> httpserver.ServerOptions:
         return door.server_options(self.service.settings, self.early,
@@ -162,5 +134,10 @@ class EdgeApp:
             await stop.wait()
         finally:
             await server.shutdown(SHUTDOWN_GRACE_S)
-            await self.batch_api.stop()
+            await self.batch_api_forwarder.stop()
             await self.service.stop()
+
+
+def _authorization(request: httpserver.Request) -> str | None:
+    auth = request.headers.get(b"authorization")
+    return auth.decode("latin-1") if auth else None

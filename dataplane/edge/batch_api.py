@@ -20,13 +20,8 @@ from dataplane.edge.catalog import Catalog
 
 log = logging.getLogger("nimbus.edge.batch_api")
 
-PREFIXES = ("/v1/files", "/v1/batches")
 _METHODS = {"GET", "POST", "DELETE"}
 _PASSED_HEADERS = ("content-type",)
-
-
-def routes(path: str) -> bool:
-    return any(path == p or path.startswith(p + "/") for p in PREFIXES)
 
 
 class BatchApiForwarder:

@@ -23,8 +23,6 @@ CHAT = "chat"
 COMPLETION = "completion"
 EMBEDDING = "embedding"
 # The one table of inference endpoints: app.py routes by it, the service forwards to the same path.
-INFERENCE_ROUTES = {"/v1/chat/completions": CHAT, "/v1/completions": COMPLETION, "/v1/embeddings": EMBEDDING}
-KIND_PATHS = {kind: path for path, kind in INFERENCE_ROUTES.items()}
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 DEFAULT_MAX_TOKENS = 256
 # Request fields that are edge-only and must not reach the engine.

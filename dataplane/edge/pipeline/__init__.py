@@ -1,0 +1,10 @@
+"""One inference request's way through the edge, as named stages around one request record.
+
+    authenticate -> validate -> resolve -> cache (exact) -> limit -> cache (semantic)
+        -> admit -> route -> relay (stream) -> account
+
+Each stage is a module of its own and reads the edge's shared parts (router, caches, limiter,
+meters) from the ``EdgeService`` that owns them; ``EdgeService._inference`` runs them in order.
+A stage that refuses a request raises an ``errors.EdgeError``; ``account.finish`` runs once for
+every request, whatever happened.
+"""
