@@ -289,3 +289,18 @@ class ShareGuard:
             self.inflight[tenant_id] = left
         else:
             self.inflight.pop(tenant_id, None)
+
+
+class ShareGuards:
+    """One ``ShareGuard`` per model variant, made on first use."""
+
+    def __init__(self, burst_slots: float, active_window_s: float, wait_share: float) -> None:
+        self.burst_slots, self.active_window_s, self.wait_share = burst_slots, active_window_s, wait_share
+        self._guards: dict[str, ShareGuard] = {}
+
+    def of(self, variant_id: str) -> ShareGuard:
+        guard = self._guards.get(variant_id)
+        if guard is None:
+            guard = self._guards[variant_id] = ShareGuard(self.burst_slots, self.active_window_s,
+                                                          wait_share=self.wait_share)
+        return guard

@@ -29,18 +29,16 @@ from dataplane.edge.auth import authenticate
 from dataplane.edge.breaker import OPEN, RetryBudget
 from dataplane.edge.catalog import Catalog, Replica
 from dataplane.edge.embedder import Embedder
+from dataplane.edge.fairness import RollingPeak, ShareGuards
 from dataplane.edge.health import HealthMonitor
 from dataplane.edge.limits import Limiter, RedisStore
 from dataplane.edge.metrics import EdgeMetrics
-from dataplane.edge.pipeline import cache
-from dataplane.edge.pipeline.account import Accounting
-from dataplane.edge.pipeline.admit import Admit
+from dataplane.edge.pipeline import account, admit, cache
 from dataplane.edge.pipeline.authenticate import authenticate_request
 from dataplane.edge.pipeline.limit import apply_limits
 from dataplane.edge.pipeline.record import RequestRecord
 from dataplane.edge.pipeline.relay import relay
 from dataplane.edge.pipeline.resolve import resolve_variant
-from dataplane.edge.pipeline.route import Dispatcher
 from dataplane.edge.pipeline.validate import validate_request
 from dataplane.edge.policies import TtftModel, make_policy
 from dataplane.edge.prefix import PrefixIndex
@@ -89,10 +87,12 @@ class EdgeService:
         self.edge_id = settings.edge_id or default_edge_id()
         self.signals = SignalRecorder(settings.signals_window_s, settings.signals_interval_s)
         self.signal_publisher: SignalPublisher | None = None
-        # The pipeline's stages that hold state of their own (``pipeline/``).
-        self.admit = Admit(self)
-        self.route = Dispatcher(self)
-        self.account = Accounting(self)
+        # What the pipeline's stages keep between requests (``pipeline/parts.py``).
+        self.share_guards = ShareGuards(settings.fair_burst_slots, settings.fair_active_window_s,
+                                        settings.fair_wait_share)
+        # per variant: the most interactive requests one replica held lately (what batch work leaves free)
+        self.interactive_peaks: dict[str, RollingPeak] = {}
+        self.activation_sent: dict[str, float] = {}  # per pool: when the edge last asked for a replica
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -229,14 +229,14 @@ class EdgeService:
             rec.http_status = exc.status
             rec.error_code = exc.code
             if not rec.response_started:
-                self.account.meter(rec)
+                account.meter(self, rec)
                 respond_json(writer, exc.status, exc.body(), {**rec.rate_headers, **exc.headers,
                                                              "x-request-id": rec.request_id})
         except asyncio.CancelledError:
             rec.status, rec.http_status = "client_abort", 499
             raise
         finally:
-            self.account.finish(rec)
+            account.finish(self, rec)
 
     async def _inference(self, rec: RequestRecord, kind: str, headers: dict[str, str], raw: bytes,
                          writer: ResponseWriter) -> None:
@@ -254,6 +254,6 @@ class EdgeService:
             cache.serve_hit(self, rec, kind, found.hit, found.state, writer)
             return
         fill = cache.filler(self, rec.tenant.id, found)
-        if self.admit.is_cold(rec):
-            await self.admit.activate(rec)
+        if admit.is_cold(self, rec):
+            await admit.activate(self, rec)
         await relay(self, rec, kind, writer, fill)

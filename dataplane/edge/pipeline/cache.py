@@ -15,17 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from dataplane.edge.pipeline import account
+from dataplane.edge.pipeline.parts import EdgeParts
 from dataplane.edge.pipeline.record import RequestRecord
 from dataplane.edge.response_cache import BYPASS, HIT, MISS, cache_key
 from dataplane.edge.semantic_cache import SEMANTIC, semantic_scope
 from dataplane.edge.sse import replay
 from dataplane.edge.validation import CHAT
 from dataplane.edge.writer import SSE_HEADERS, ResponseWriter, header_pairs, respond_json
-
-if TYPE_CHECKING:
-    from dataplane.edge.service import EdgeService
 
 
 @dataclass(slots=True)
@@ -44,7 +43,7 @@ def exact_wanted(rec: RequestRecord) -> bool:
     return rec.tenant.response_cache and rec.req.deterministic
 
 
-async def look_up_exact(edge: EdgeService, rec: RequestRecord, kind: str, body: dict[str, Any]) -> CacheLookup:
+async def look_up_exact(edge: EdgeParts, rec: RequestRecord, kind: str, body: dict[str, Any]) -> CacheLookup:
     tenant, variant = rec.tenant, rec.variant
     assert tenant is not None and variant is not None
     found = CacheLookup()
@@ -55,13 +54,13 @@ async def look_up_exact(edge: EdgeService, rec: RequestRecord, kind: str, body: 
     return found
 
 
-def semantic_wanted(edge: EdgeService, rec: RequestRecord, found: CacheLookup) -> bool:
+def semantic_wanted(edge: EdgeParts, rec: RequestRecord, found: CacheLookup) -> bool:
     tenant, req = rec.tenant, rec.req
     assert tenant is not None and req is not None
     return found.hit is None and edge.semantic is not None and req.deterministic and tenant.semantic_for(req.model)
 
 
-async def look_up_semantic(edge: EdgeService, rec: RequestRecord, kind: str, body: dict[str, Any],
+async def look_up_semantic(edge: EdgeParts, rec: RequestRecord, kind: str, body: dict[str, Any],
                            found: CacheLookup) -> None:
     tenant, variant = rec.tenant, rec.variant
     assert tenant is not None and variant is not None and edge.semantic is not None
@@ -78,14 +77,14 @@ async def look_up_semantic(edge: EdgeService, rec: RequestRecord, kind: str, bod
     rec.rate_headers["x-nimbus-cache"] = found.state
 
 
-def serve_hit(edge: EdgeService, rec: RequestRecord, kind: str, hit: bytes, state: str,
+def serve_hit(edge: EdgeParts, rec: RequestRecord, kind: str, hit: bytes, state: str,
               writer: ResponseWriter) -> None:
     req = rec.req
     assert req is not None
     edge.metrics.child(edge.metrics.cache_hits, req.model).inc()
     rec.status, rec.http_status, rec.cache = "ok", 200, state
     rec.response_started = True
-    edge.account.meter(rec)
+    account.meter(edge, rec)
     extra = {**rec.rate_headers, "x-request-id": rec.request_id}
     if req.stream:
         writer.respond(200, SSE_HEADERS + header_pairs(extra), replay(hit, kind == CHAT, req.include_usage))
@@ -93,7 +92,7 @@ def serve_hit(edge: EdgeService, rec: RequestRecord, kind: str, hit: bytes, stat
         respond_json(writer, 200, hit, extra)
 
 
-def filler(edge: EdgeService, tenant_id: str, found: CacheLookup) -> Callable[[bytes], None] | None:
+def filler(edge: EdgeParts, tenant_id: str, found: CacheLookup) -> Callable[[bytes], None] | None:
     """What stores a miss's answer (off the answer's path), or None when no cache wants it."""
     exact_key, semantic_fill = found.exact_key, found.semantic_fill
     if exact_key is None and semantic_fill is None:

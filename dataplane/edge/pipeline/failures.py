@@ -11,16 +11,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from dataplane.edge import errors
 from dataplane.edge.breaker import OPEN
+from dataplane.edge.pipeline.parts import EdgeParts
 from dataplane.edge.pipeline.record import RequestRecord
-
-if TYPE_CHECKING:
-    from dataplane.edge.service import EdgeService
 
 log = logging.getLogger("nimbus.edge")
 
@@ -50,7 +47,7 @@ class Failure:
         return not self.charged and not other.charged and (self.kind, self.status) == (other.kind, other.status)
 
 
-def charge(edge: EdgeService, failure: Failure) -> None:
+def charge(edge: EdgeParts, failure: Failure) -> None:
     """The failure was the replica's: its breaker hears of it (once)."""
     if not failure.charged:
         failure.charged = True
@@ -59,7 +56,7 @@ def charge(edge: EdgeService, failure: Failure) -> None:
         edge.metrics.child(edge.metrics.breaker_open, failure.replica_id).set(1 if breaker.state == OPEN else 0)
 
 
-def judge(edge: EdgeService, rec: RequestRecord, first: Failure, second: Failure) -> errors.EdgeError:
+def judge(edge: EdgeParts, rec: RequestRecord, first: Failure, second: Failure) -> errors.EdgeError:
     """Two replicas failed the same request before the first byte."""
     assert rec.req is not None
     metrics = edge.metrics

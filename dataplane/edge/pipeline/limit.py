@@ -4,16 +4,12 @@ settled with the tokens really used in ``account.finish``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataplane.edge.limits import to_error
+from dataplane.edge.pipeline.parts import EdgeParts
 from dataplane.edge.pipeline.record import RequestRecord
 
-if TYPE_CHECKING:
-    from dataplane.edge.service import EdgeService
 
-
-async def apply_limits(edge: EdgeService, rec: RequestRecord, reserved_tokens: int, cache_state: str) -> None:
+async def apply_limits(edge: EdgeParts, rec: RequestRecord, reserved_tokens: int, cache_state: str) -> None:
     tenant = rec.tenant
     assert tenant is not None
     limiter = edge.limiter

@@ -11,15 +11,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from dataplane.edge import errors
 from dataplane.edge.echo import echo
+from dataplane.edge.pipeline import account, admit, route
 from dataplane.edge.pipeline.failures import DONE_OK, Failure, charge, engine_client_error, judge, unverified
+from dataplane.edge.pipeline.parts import EdgeParts
 from dataplane.edge.pipeline.record import RequestRecord
-from dataplane.edge.pipeline.route import engine_counted
 from dataplane.edge.pipeline.stream import relay_stream
 from dataplane.edge.policies import RouteRequest
 from dataplane.edge.prefix import block_hashes
@@ -29,13 +29,10 @@ from dataplane.edge.upstream import ConnectFailed, UpstreamError
 from dataplane.edge.validation import upstream_body
 from dataplane.edge.writer import ResponseWriter, respond_json
 
-if TYPE_CHECKING:
-    from dataplane.edge.service import EdgeService
-
 log = logging.getLogger("nimbus.edge")
 
 
-async def relay(edge: EdgeService, rec: RequestRecord, kind: str, writer: ResponseWriter,
+async def relay(edge: EdgeParts, rec: RequestRecord, kind: str, writer: ResponseWriter,
                 fill: Callable[[bytes], None] | None) -> None:
     req, tenant, variant = rec.req, rec.tenant, rec.variant
     assert req is not None and tenant is not None and variant is not None
@@ -49,7 +46,7 @@ async def relay(edge: EdgeService, rec: RequestRecord, kind: str, writer: Respon
     retry_budget.on_request(time.monotonic())
     first: Failure | None = None
     for _attempt in (0, 1):
-        ticket = await edge.admit.acquire(rec, route_req, excluded)
+        ticket = await admit.acquire(edge, rec, route_req, excluded)
         outcome = await forward(edge, rec, ticket, path, payload, writer, fill)
         if not isinstance(outcome, Failure):
             if first is not None:  # another replica served it: the first one's failure was its own
@@ -69,7 +66,7 @@ async def relay(edge: EdgeService, rec: RequestRecord, kind: str, writer: Respon
     raise errors.upstream_failed()  # not reached: the second attempt returns or raises
 
 
-def _another_replica(edge: EdgeService, rec: RequestRecord, excluded: set[str]) -> bool:
+def _another_replica(edge: EdgeParts, rec: RequestRecord, excluded: set[str]) -> bool:
     catalog = edge.catalog
     if catalog is None or rec.tenant is None or rec.variant is None:
         return False
@@ -77,14 +74,14 @@ def _another_replica(edge: EdgeService, rec: RequestRecord, excluded: set[str]) 
     return bool(edge.router.eligible(catalog, replicas, time.monotonic(), excluded))
 
 
-async def forward(edge: EdgeService, rec: RequestRecord, ticket: Ticket, path: str, payload: bytes,
+async def forward(edge: EdgeParts, rec: RequestRecord, ticket: Ticket, path: str, payload: bytes,
                   writer: ResponseWriter, fill: Callable[[bytes], None] | None) -> str | Failure:
     """One attempt on the replica ``ticket`` holds."""
     assert rec.req is not None
     req = rec.req
     rid = ticket.replica.id
     s = edge.settings
-    metrics, release = edge.metrics, edge.route.release
+    metrics, release = edge.metrics, route.release
     try:
         resp = await edge.upstream.post(
             ticket.replica.url, path, payload,
@@ -95,24 +92,24 @@ async def forward(edge: EdgeService, rec: RequestRecord, ticket: Ticket, path: s
         # Not reached, or no answer in time: the replica's, whatever the request holds.
         log.info("replica %s failed before answering: %r", rid, exc)
         metrics.child(metrics.errors, req.model, rid, "connect").inc()
-        release(rec, ticket, False)
+        release(edge, rec, ticket, False)
         return Failure(rid, "timeout" if isinstance(exc, TimeoutError) else "connect", charged=True)
     except (UpstreamError, OSError) as exc:
         log.info("replica %s broke the connection before answering: %r", rid, exc)
         metrics.child(metrics.errors, req.model, rid, "reset").inc()
-        release(rec, ticket, None)
+        release(edge, rec, ticket, None)
         return Failure(rid, "broke")
     try:
         if resp.status >= 500:
             metrics.child(metrics.errors, req.model, rid, f"http_{resp.status}").inc()
-            release(rec, ticket, None)  # judged once another replica has had the request
+            release(edge, rec, ticket, None)  # judged once another replica has had the request
             return Failure(rid, "http", resp.status)
         if resp.status != 200:
             # The engine refused the request itself (a 4xx): not the replica's fault, not retried.
             data = b""
             with contextlib.suppress(UpstreamError, TimeoutError, OSError):
                 data = await resp.read(min(s.first_byte_timeout_s, 10.0))
-            release(rec, ticket, None)
+            release(edge, rec, ticket, None)
             raise engine_client_error(resp.status, data)
         if req.stream:
             return await relay_stream(edge, rec, ticket, resp, writer, fill)
@@ -121,7 +118,7 @@ async def forward(edge: EdgeService, rec: RequestRecord, ticket: Ticket, path: s
         except (UpstreamError, TimeoutError, OSError) as exc:
             log.info("replica %s failed while answering: %r", rid, exc)
             metrics.child(metrics.errors, req.model, rid, "read").inc()
-            release(rec, ticket, None)
+            release(edge, rec, ticket, None)
             return Failure(rid, "broke")
         rec.ttft_ms = (time.monotonic() - rec.t0) * 1000
         data = echo(data, rec.echo)
@@ -129,11 +126,11 @@ async def forward(edge: EdgeService, rec: RequestRecord, ticket: Ticket, path: s
             rec.usage = msgspec.json.decode(data).get("usage")
         except (msgspec.DecodeError, AttributeError):
             rec.usage = None
-        release(rec, ticket, True, engine_counted(rec.usage))
+        release(edge, rec, ticket, True, route.engine_counted(rec.usage))
         rec.status, rec.http_status, rec.response_started = "ok", 200, True
         if fill is not None:
             fill(data)
-        edge.account.meter(rec)
+        account.meter(edge, rec)
         respond_json(writer, 200, data, {**rec.rate_headers, "x-request-id": rec.request_id})
         return DONE_OK
     finally:

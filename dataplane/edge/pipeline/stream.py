@@ -13,12 +13,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from dataplane.edge.echo import echo
+from dataplane.edge.pipeline import account, route
 from dataplane.edge.pipeline.failures import DONE_ERROR, DONE_OK, Failure, engine_stream_refusal
+from dataplane.edge.pipeline.parts import EdgeParts
 from dataplane.edge.pipeline.record import RequestRecord
-from dataplane.edge.pipeline.route import engine_counted
 from dataplane.edge.router import Ticket
 from dataplane.edge.sse import (
     DONE,
@@ -31,9 +31,6 @@ from dataplane.edge.sse import (
 )
 from dataplane.edge.upstream import UpstreamError, UpstreamResponse
 from dataplane.edge.writer import SSE_HEADERS, ResponseWriter, header_pairs
-
-if TYPE_CHECKING:
-    from dataplane.edge.service import EdgeService
 
 log = logging.getLogger("nimbus.edge")
 
@@ -50,11 +47,11 @@ def _ends_stream(chunk: bytes) -> bool:
     return chunk.startswith(b"data: [DONE]") or chunk.endswith(b"data: [DONE]\n\n")
 
 
-async def relay_stream(edge: EdgeService, rec: RequestRecord, ticket: Ticket, resp: UpstreamResponse,
+async def relay_stream(edge: EdgeParts, rec: RequestRecord, ticket: Ticket, resp: UpstreamResponse,
                        writer: ResponseWriter, fill: Callable[[bytes], None] | None = None) -> str | Failure:
     assert rec.req is not None
     req = rec.req
-    metrics, release = edge.metrics, edge.route.release
+    metrics, release = edge.metrics, route.release
     # A stream that fills a response cache is kept as it goes out, to be added up into the
     # whole answer at its end (``sse.assemble``); it forgoes the socket fast path for that.
     sent: list[bytes] | None = [] if fill is not None else None
@@ -99,7 +96,7 @@ async def relay_stream(edge: EdgeService, rec: RequestRecord, ticket: Ticket, re
                 count_tokens(chunk)
                 saw_done = _ends_stream(chunk)
                 if saw_done:
-                    edge.account.meter_stream_end(rec, upstream_error)
+                    account.meter_stream_end(edge, rec, upstream_error)
                 if sent is not None:
                     sent.append(chunk)
                 await writer.write(chunk)
@@ -143,7 +140,7 @@ async def relay_stream(edge: EdgeService, rec: RequestRecord, ticket: Ticket, re
                 itl_hist.observe(now - last)
             last = load.last_progress = now
             if saw_done:
-                edge.account.meter_stream_end(rec, upstream_error)
+                account.meter_stream_end(edge, rec, upstream_error)
             body = b"".join(out)
             if sent is not None:
                 sent.append(body)
@@ -158,12 +155,12 @@ async def relay_stream(edge: EdgeService, rec: RequestRecord, ticket: Ticket, re
         metrics.child(metrics.errors, req.model, ticket.replica.id, "before_first_byte").inc()
         refused = next((engine_stream_refusal(ev) for ev in held if is_error_event(ev)), None)
         if refused is not None:  # the engine refused the request in an error event: a 4xx
-            release(rec, ticket, None)
+            release(edge, rec, ticket, None)
             raise refused
-        release(rec, ticket, None)  # judged once another replica has had the request
+        release(edge, rec, ticket, None)  # judged once another replica has had the request
         return Failure(ticket.replica.id, "broke")
     if saw_done and not upstream_error:
-        release(rec, ticket, True, engine_counted(rec.usage))
+        release(edge, rec, ticket, True, route.engine_counted(rec.usage))
         rec.status, rec.http_status = "ok", 200
         writer.end()
         if sent is not None and fill is not None and (whole := assemble(b"".join(sent), rec.usage)) is not None:
@@ -177,11 +174,11 @@ async def relay_stream(edge: EdgeService, rec: RequestRecord, ticket: Ticket, re
     # Failed after the first byte: the client gets an error event and [DONE] now, never a hang.
     log.info("stream from replica %s broke: %r", ticket.replica.id, failure)
     metrics.child(metrics.errors, req.model, ticket.replica.id, "mid_stream").inc()
-    release(rec, ticket, False if not upstream_error else True)
+    release(edge, rec, ticket, False if not upstream_error else True)
     rec.status, rec.http_status = "error", 200
     tail = b"" if upstream_error else error_event("The model replica failed while streaming; please retry.")
     if not saw_done:
         tail += DONE
-    edge.account.meter(rec)
+    account.meter(edge, rec)
     writer.end(tail)
     return DONE_ERROR

@@ -4,17 +4,15 @@ and the request's priority class."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dataplane.edge.catalog import BATCH, INTERACTIVE, ApiKey
+from dataplane.edge.pipeline.parts import EdgeParts
 from dataplane.edge.pipeline.record import RequestRecord
 from dataplane.edge.validation import InferenceRequest, parse_json, validate
 
-if TYPE_CHECKING:
-    from dataplane.edge.service import EdgeService
 
-
-def validate_request(edge: EdgeService, rec: RequestRecord, kind: str, headers: Mapping[str, str],
+def validate_request(edge: EdgeParts, rec: RequestRecord, kind: str, headers: Mapping[str, str],
                      raw: bytes) -> dict[str, Any]:
     """Fills ``rec.req``; returns the parsed body (the caches key on it)."""
     s = edge.settings
