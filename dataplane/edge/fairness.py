@@ -207,14 +207,14 @@ class ShareGuard:
             return math.inf
         return max(0.0, math.ceil(math.log1p((rho - 1.0) / self.wait_share) / math.log(rho) - 1e-9) - 1.0)
 
-    def heavy(self, tenant_id: str, others: list[str], fair: float, now: float) -> bool:
-        """Arriving much faster than the others, or holding far more than a fair share of slots."""
+    def heavy(self, tenant_id: str, others: list[str], others_rate: float, fair: float, now: float) -> bool:
+        """Arriving much faster than the others (who arrive at ``others_rate`` together), or holding
+        far more than a fair share of slots."""
         if not others:
             return False
         if self.inflight.get(tenant_id, 0) >= self.heavy_factor * fair:
             return True
-        mean_others = sum(self.rate(u, now) for u in others) / len(others)
-        return self.rate(tenant_id, now) > self.heavy_factor * mean_others
+        return self.rate(tenant_id, now) > self.heavy_factor * others_rate / len(others)
 
     def seen(self, tenant_id: str, now: float) -> None:
         """A request of this tenant arrived (its demand, whether or not it gets a slot)."""
@@ -260,12 +260,13 @@ class ShareGuard:
         if self.inflight.get(tenant_id, 0) < fair:
             return True
         others = [u for u in active if u != tenant_id]
-        if not self.heavy(tenant_id, others, fair, now):
+        others_rate = sum(self.rate(u, now) for u in others)  # once: both the test and the cap read it
+        if not self.heavy(tenant_id, others, others_rate, fair, now):
             return True
         reserve = sum(max(0.0, min(fair, self.demand(u, now)) - self.inflight.get(u, 0)) for u in others)
         others_now = self.total_inflight - self.inflight.get(tenant_id, 0)
         reserve = min(reserve, max(0.0, self.others_demand(tenant_id, others_now, now) - others_now),
-                      self.queueing_reserve(sum(self.rate(u, now) for u in others), now))
+                      self.queueing_reserve(others_rate, now))
         return free_slots > reserve
 
     def acquired(self, tenant_id: str, now: float) -> None:
