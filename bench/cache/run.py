@@ -5,7 +5,10 @@ what it saves on a workload with repeated and paraphrased questions.
 
 1. **Lookup latency** (``SemanticCache.lookup`` against the real Redis, a scope of ``--entries``
    entries): the embedding of one question, the index search, and the whole lookup (embedding,
-   search, the answer's GET), p50 and p99 over sequential lookups, hits and misses.
+   search, the answer's GET), p50 and p99 over sequential lookups, hits and misses. Then the index
+   alone under a stream of new questions (each searched, then stored, at the entry bound so one
+   leaves per store), at 2,000 and 10,000 entries in one scope: the edge's work per miss besides
+   the embedding and Redis.
 2. **Peak req/s** through the edge, closed loop (``--concurrency``), every question new (0 % hits:
    each request is embedded, searched, answered by the engine and stored), against the same edge
    with the tenant not opted in. The simulator runs at a high time scale, so the edge's own work is
@@ -28,6 +31,7 @@ import uuid
 from collections.abc import Callable
 
 import httpx
+import numpy as np
 import redis.asyncio as aioredis
 
 from bench.cache.quality import load_pairs
@@ -37,6 +41,7 @@ from dataplane.agent import scrape
 from dataplane.edge.embedder import Embedder
 from dataplane.edge.response_cache import SharedResponseCache
 from dataplane.edge.semantic_cache import SemanticCache, guard_terms
+from dataplane.edge.semantic_index import Entry, SemanticIndex
 from dataplane.sim.process import SimProcess
 
 REDIS = "redis://127.0.0.1:6379/0"
@@ -93,6 +98,28 @@ async def lookup_latency(entries: int, lookups: int) -> dict[str, tuple[float, f
     print(f"  {lookups} lookups in a scope of {entries} entries, {hits} hits")
     return {name: (pct(v, 50), pct(v, 99)) for name, v in
             (("embedding", embed_ms), ("index search", search_ms), ("whole lookup", lookup_ms))}
+
+
+def index_churn(entries: int, questions: int = 300, dim: int = 384, seed: int = 3) -> tuple[float, float]:
+    """p50 and p99 ms of one search followed by one store in a full scope of ``entries``."""
+    rng = np.random.default_rng(seed)
+
+    def unit() -> np.ndarray:
+        v = rng.standard_normal(dim).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+    index = SemanticIndex(max_entries=entries)
+    expires = time.time() + 3600
+    for i in range(entries):
+        index.add(Entry(f"old{i}", "t", "scope", "q", unit(), frozenset(), expires))
+    took = []
+    for i in range(questions):
+        vector = unit()
+        t0 = time.perf_counter()
+        index.search("scope", vector, frozenset(), 0.875, time.time())
+        index.add(Entry(f"new{i}", "t", "scope", "q", vector, frozenset(), expires))
+        took.append((time.perf_counter() - t0) * 1000)
+    return pct(took, 50), pct(took, 99)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     print("1. lookup latency")
     lat = run_async(lookup_latency(args.entries, args.lookups))
     print(table([["step", "p50 ms", "p99 ms"]] + [[k, f"{a:.2f}", f"{b:.2f}"] for k, (a, b) in lat.items()]))
+    churn = [[f"{n} entries", *(f"{v:.2f}" for v in index_churn(n))] for n in (2000, 10_000)]
+    print("  the index under new questions (search, then store):")
+    print(table([["scope", "p50 ms", "p99 ms"], *churn]))
 
     print("\n2. peak req/s through the edge")
     peaks = peak_ratio(args.duration, args.concurrency, args.rounds)

@@ -15,8 +15,8 @@ Storage: every entry is one record in the region's log stream (``{prefix}scache:
 id, tenant, scope, question, vector, expiry), which is also the index's source of truth, and
 its answer is an entry of the shared exact store (``SharedResponseCache``) under the tenant, so
 it shares that store's TTL, count and size bounds. Every edge replays the log at start and tails
-it, so each keeps the region's index in memory (``SemanticIndex``: exact cosine search per
-scope) and a new edge starts warm. A purge (``{op: purge, tenant}``) in the log drops a tenant's
+it, so each keeps the region's index in memory (``semantic_index.SemanticIndex``: exact cosine search
+per scope) and a new edge starts warm. A purge (``{op: purge, tenant}``) in the log drops a tenant's
 entries everywhere. With Redis or the model unavailable the cache is bypassed.
 """
 
@@ -29,8 +29,7 @@ import logging
 import re
 import time
 import uuid
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -39,6 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeout
 
 from dataplane.edge.embedder import Embedder
 from dataplane.edge.response_cache import BYPASS, HIT, MISS, TRANSPORT_FIELDS, SharedResponseCache
+from dataplane.edge.semantic_index import Entry, SemanticIndex
 
 log = logging.getLogger("nimbus.edge.semantic")
 
@@ -158,90 +158,6 @@ def _follows_number(text: str, start: int) -> bool:
     """A one- or two-letter unit ("m", "in", "kg") only counts after a number: "in" is a preposition."""
     before = text[:start].rstrip()
     return bool(before) and before[-1].isdigit()
-
-
-# ---------------------------------------------------------------------------------------------
-# The in-memory index
-
-
-@dataclass
-class Entry:
-    id: str
-    tenant_id: str
-    scope: str
-    question: str
-    vector: np.ndarray
-    guard: frozenset[str]
-    expires_at: float  # unix seconds
-
-
-@dataclass
-class _Scope:
-    entries: list[Entry] = field(default_factory=list)
-    matrix: np.ndarray | None = None  # stacked vectors, rebuilt after a change
-
-
-class SemanticIndex:
-    """Exact cosine search per scope (vectors are unit-norm: a dot product). A scope holds one
-    tenant's entries for one model, prompt and parameter set: tens to thousands, where a matrix
-    product is a fraction of a millisecond; ``max_entries`` bounds the whole index."""
-
-    def __init__(self, max_entries: int = 100_000) -> None:
-        self.max_entries = max_entries
-        self._scopes: dict[str, _Scope] = {}
-        self._order: OrderedDict[str, Entry] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._order)
-
-    def add(self, entry: Entry) -> None:
-        if entry.id in self._order:
-            return
-        self._order[entry.id] = entry
-        scope = self._scopes.setdefault(entry.scope, _Scope())
-        scope.entries.append(entry)
-        scope.matrix = None
-        while len(self._order) > self.max_entries:
-            self.remove(next(iter(self._order)))
-
-    def remove(self, entry_id: str) -> None:
-        entry = self._order.pop(entry_id, None)
-        if entry is None:
-            return
-        scope = self._scopes[entry.scope]
-        scope.entries = [e for e in scope.entries if e.id != entry_id]
-        scope.matrix = None
-        if not scope.entries:
-            del self._scopes[entry.scope]
-
-    def remove_tenant(self, tenant_id: str) -> int:
-        gone = [e.id for e in self._order.values() if e.tenant_id == tenant_id]
-        for entry_id in gone:
-            self.remove(entry_id)
-        return len(gone)
-
-    def search(self, scope_key: str, vector: np.ndarray, guard: frozenset[str], threshold: float,
-               now: float) -> tuple[Entry, float] | None:
-        """The most similar live entry of the scope at or above ``threshold`` with the same guard."""
-        scope = self._scopes.get(scope_key)
-        if scope is None:
-            return None
-        expired = [e.id for e in scope.entries if e.expires_at <= now]
-        for entry_id in expired:
-            self.remove(entry_id)
-        scope = self._scopes.get(scope_key)
-        if scope is None:
-            return None
-        if scope.matrix is None:
-            scope.matrix = np.stack([e.vector for e in scope.entries])
-        scores = scope.matrix @ vector
-        for i in np.argsort(-scores):
-            score = float(scores[i])
-            if score < threshold:
-                return None
-            if scope.entries[i].guard == guard:
-                return scope.entries[i], score
-        return None
 
 
 # ---------------------------------------------------------------------------------------------
