@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.edge.private_redis import PrivateRedis
+from controlplane.services.usage_rollup import events_of
 from dataplane.edge.process import EdgeProcess
 from dataplane.sim.process import free_port, sim_fleet
 
@@ -35,7 +36,7 @@ class OwnRedis(PrivateRedis):
     """The run's own Redis, which the edge's usage stream goes to."""
 
     def ids(self) -> list[str]:
-        return [f[b"request_id"].decode() for _, f in self.client().xrange(STREAM)]
+        return [e["request_id"] for _, f in self.client().xrange(STREAM) for e in events_of(f)]
 
 
 def edge_config(sim_urls: list[str]) -> dict[str, Any]:

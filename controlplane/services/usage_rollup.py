@@ -1,5 +1,9 @@
 """Usage rollup, consumer side: the edges' Redis stream into minute buckets, nothing lost or doubled.
 
+An entry carries a JSON array of events in its ``events`` field (an edge writes up to a hundred
+to an entry); an entry without it is one event, its fields the event's (edges before the
+batching, and anything written by hand). ``events_of`` reads both.
+
 Entries are read with a consumer group. Each batch is ingested in one database
 transaction (``usage.ingest`` is exactly-once by ``request_id``), committed, and only
 then acknowledged and deleted from the stream. A consumer that dies between commit and
@@ -10,6 +14,7 @@ the redelivery count nothing twice.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -33,6 +38,25 @@ class RollupResult:
     read: int = 0
     counted: int = 0
     reclaimed: int = 0
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def events_of(fields: Mapping[str, str] | Mapping[bytes, bytes]) -> list[dict[str, str]]:
+    """The usage events of one stream entry, whether the client decodes responses or not; an
+    entry whose ``events`` cannot be read counts as none (logged: a producer bug, not a load)."""
+    fields = {_text(k): _text(v) for k, v in fields.items()}
+    batch = fields.get("events")
+    if batch is None:
+        return [fields]
+    try:
+        events = json.loads(batch)
+    except ValueError:
+        log.error("unreadable usage stream entry (%d bytes of events): skipped", len(batch))
+        return []
+    return [e for e in events if isinstance(e, dict)]
 
 
 def consumer_name() -> str:
@@ -82,7 +106,7 @@ def rollup(
         if not entries:
             break
         with session_scope() as session:
-            result.counted += usage.ingest(session, [fields for _, fields in entries])
+            result.counted += usage.ingest(session, [ev for _, fields in entries for ev in events_of(fields)])
         # Committed: only now may the stream forget them.
         ids = [entry_id for entry_id, _ in entries]
         r.xack(stream, group, *ids)

@@ -57,8 +57,10 @@ arrives for a variant whose usable pools have no ready replica (at most once per
 
 Contract 3: usage stream
 ------------------------
-Redis stream ``nimbus:usage`` (configurable), one ``XADD`` per finished request, success or
-error, all fields strings: ``request_id`` (unique per request, the edge's id; consumers dedupe on
+Redis stream ``nimbus:usage`` (configurable), one event per finished request, success or error;
+an edge writes up to a hundred events to one stream entry, as a JSON array in the entry's
+``events`` field (an entry without it is one event, its fields the event's:
+``controlplane/services/usage_rollup.py::events_of`` reads both). An event's fields, all strings: ``request_id`` (unique per request, the edge's id; consumers dedupe on
 it), ``tenant_id``, ``key_id``, ``variant_id``, ``model``, ``region``, ``replica_id``,
 ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``, ``queue_ms``, ``ttft_ms``,
 ``duration_ms``, ``status`` (``ok|error|client_abort|rejected``), ``http_status``, ``ts`` (unix

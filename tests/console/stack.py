@@ -28,6 +28,7 @@ from tests.console.fleet_rows import seed_fleet_rows
 from tests.controlplane.conftest import ADMIN_TOKEN, EDGE_TOKEN, isolated_throttle
 from tests.controlplane.factories import create_key, create_model, create_pool, create_tenant, import_catalog
 from tests.live_server import serve
+from tests.usage_events import stream_events
 
 SHARED_REDIS = "redis://127.0.0.1:6379/0"
 
@@ -47,7 +48,7 @@ class Stack:
         task runs (called inline here rather than through a worker)."""
         r = redis_sync.Redis.from_url(SHARED_REDIS, decode_responses=True)
         deadline = time.monotonic() + timeout
-        while r.xlen(self.usage_stream) < min_events and time.monotonic() < deadline:
+        while len(stream_events(r, self.usage_stream)) < min_events and time.monotonic() < deadline:
             time.sleep(0.1)
         result = usage_rollup.rollup(r, lambda: session_scope(self.settings), self.usage_stream)
         r.close()

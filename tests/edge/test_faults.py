@@ -12,6 +12,7 @@ import pytest
 
 from dataplane.sim.process import SimProcess, sim_fleet
 from tests.edge.conftest import SIM_ARGS, cp_snapshot, make_key, metric, sdk_client, standalone_config
+from tests.usage_events import stream_events
 
 MSGS = [{"role": "user", "content": "hello"}]
 
@@ -153,11 +154,11 @@ def test_redis_stopped_means_no_5xx_and_no_lost_usage(edge_factory, private_redi
     private_redis.start()
     r = private_redis.client()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and r.xlen("nimbus:usage") < 12:
+    while time.monotonic() < deadline and len(stream_events(r, "nimbus:usage")) < 12:
         time.sleep(0.1)
     # the first four went to the Redis that died with its data (unless still queued when it died);
     # all twelve from the outage were spooled on disk and arrive now, each exactly once
-    seen = [f[b"request_id"].decode() for _, f in r.xrange("nimbus:usage")]
+    seen = [e["request_id"] for e in stream_events(r, "nimbus:usage")]
     assert len(seen) == len(set(seen))
     assert set(ids[4:]) <= set(seen) <= set(ids)
 
@@ -217,12 +218,12 @@ def test_failing_region_drops_out_until_healthy(edge_factory, usage_stream):
         ids = [sdk(edge, key).completions.with_raw_response.create(model="demo", prompt="x", max_tokens=1)
                .headers["x-request-id"] for _ in range(6)]
         time.sleep(0.5)
-        regions = {f["request_id"]: f["region"] for _, f in r.xrange(usage_stream)}
+        regions = {e["request_id"]: e["region"] for e in stream_events(r, usage_stream)}
         assert {regions[i] for i in ids} == {"west"}
         httpx.delete(fleet[0].url + "/_sim/faults")
         time.sleep(1.0)
         ids = [sdk(edge, key).completions.with_raw_response.create(model="demo", prompt="x", max_tokens=1)
                .headers["x-request-id"] for _ in range(6)]
         time.sleep(0.5)
-        regions = {f["request_id"]: f["region"] for _, f in r.xrange(usage_stream)}
+        regions = {e["request_id"]: e["region"] for e in stream_events(r, usage_stream)}
         assert {regions[i] for i in ids} == {"east", "west"}

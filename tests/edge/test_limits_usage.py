@@ -27,6 +27,7 @@ from dataplane.edge.limits import (
 from dataplane.edge.sse import SseSplitter, token_counts, usage_of_event
 from dataplane.edge.usage import FIELDS, UsageRecorder, make_event
 from tests.edge.conftest import SHARED_REDIS, port_is_closed
+from tests.usage_events import stream_events, stream_events_async
 
 
 class Clock:
@@ -160,12 +161,14 @@ async def test_usage_events_reach_the_stream(usage_stream, tmp_path):
     for i in range(5):
         rec.record(make_event(request_id=f"req{i}", tenant_id="t", status="ok", prompt_tokens=3, ts=1.5))
     for _ in range(100):
-        if await client.xlen(usage_stream) == 5:
+        if len(await stream_events_async(client, usage_stream)) == 5:
             break
         await asyncio.sleep(0.02)
-    entries = await client.xrange(usage_stream)
-    assert [e[1][b"request_id"] for e in entries] == [f"req{i}".encode() for i in range(5)]
-    assert set(entries[0][1]) == {f.encode() for f in FIELDS} and entries[0][1][b"key_id"] == b""
+    events = await stream_events_async(client, usage_stream)
+    assert [e["request_id"] for e in events] == [f"req{i}" for i in range(5)]
+    assert set(events[0]) == set(FIELDS) and events[0]["key_id"] == ""
+    # one stream entry for the batch: a reply per hundred events, not per event
+    assert await client.xlen(usage_stream) == 1
     await rec.stop()
     await client.aclose()
 
@@ -189,10 +192,10 @@ async def test_usage_spools_while_redis_is_down_and_replays_in_order(private_red
     rec.record(make_event(request_id="after", status="ok"))
     sync = private_redis.client()
     for _ in range(100):
-        if sync.xlen("nimbus:usage") >= 4:
+        if len(stream_events(sync, "nimbus:usage")) >= 4:
             break
         await asyncio.sleep(0.05)
-    ids = [e[1][b"request_id"].decode() for e in sync.xrange("nimbus:usage")]
+    ids = [e["request_id"] for e in stream_events(sync, "nimbus:usage")]
     assert ids == ["down0", "down1", "down2", "after"]  # spool first, in order, nothing twice
     assert spool.read_text() == ""
     await rec.stop()

@@ -11,6 +11,7 @@ import redis as redis_sync
 
 from dataplane.edge.process import EdgeProcess
 from tests.edge.conftest import SHARED_REDIS, make_key, standalone_config
+from tests.usage_events import stream_events
 
 KEY = make_key("acme")
 LIMITED = make_key("limited")
@@ -55,7 +56,7 @@ def client(edge, key=KEY) -> openai.OpenAI:
 
 def usage_events(edge) -> dict[str, dict[str, str]]:
     r = redis_sync.Redis.from_url(SHARED_REDIS, decode_responses=True)
-    return {f["request_id"]: f for _, f in r.xrange(edge.usage_stream)}
+    return {e["request_id"]: e for e in stream_events(r, edge.usage_stream)}
 
 
 def test_chat_completion_and_metering(edge):

@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from controlplane.services.usage import aggregate
 from dataplane.edge.response_cache import BYPASS, HIT, MISS, SharedResponseCache
 from tests.edge.conftest import SHARED_REDIS, make_key, sdk_client, standalone_config
+from tests.usage_events import stream_events
 
 BODY = {"model": "demo", "messages": [{"role": "user", "content": "the same question, twice"}],
         "max_tokens": 5, "temperature": 0}
@@ -55,8 +56,7 @@ def test_a_regions_edges_share_the_cache_and_meter_hits(edge_factory, private_re
     ids = {raw.headers["x-request-id"]: cache_state(raw) for raw in (miss, hit, streamed)}
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        events = {f[b"request_id"].decode(): {k.decode(): v.decode() for k, v in f.items()}
-                  for _, f in r.xrange("nimbus:usage")}
+        events = {e["request_id"]: e for e in stream_events(r, "nimbus:usage")}
         if set(ids) <= set(events):
             break
         time.sleep(0.1)

@@ -6,14 +6,16 @@ import asyncio
 import datetime as dt
 import uuid
 
+import redis.asyncio as aioredis
 from sqlalchemy import select
 
 from controlplane.db.engine import session_scope
 from controlplane.models import UsageMinute
 from controlplane.services import usage, usage_rollup
-from dataplane.edge.usage import make_event
+from dataplane.edge.usage import UsageRecorder, make_event
 from tests.controlplane.factories import create_model, create_tenant
 from tests.provisioning.celery_harness import celery_running
+from tests.provisioning.conftest import REDIS_URL
 from tests.provisioning.helpers import wait_for
 
 T0 = dt.datetime(2026, 11, 29, 12, 0, 10, tzinfo=dt.UTC)
@@ -86,3 +88,26 @@ async def test_consumer_killed_before_ack_loses_nothing(client, admin, settings,
     assert (result.reclaimed, result.counted) == (4, 4)
     assert buckets(settings) == {T0.replace(second=0): (6, 0, 600)}
     assert redis_client.xpending(settings.usage_stream, usage_rollup.GROUP)["pending"] == 0
+
+
+async def test_the_edges_batched_entries_and_single_events_both_count(
+    client, admin, settings, redis_client, tmp_path, celery_keys_cleanup
+):
+    """The edge's recorder writes a hundred events to a stream entry; an entry of one event (an
+    older edge) still counts, and an entry whose batch cannot be read counts nothing."""
+    tenant, variant = await tenant_and_variant(client, admin)
+    producer = aioredis.from_url(REDIS_URL)
+    recorder = UsageRecorder(producer, settings.usage_stream, tmp_path / "spool.jsonl")
+    await recorder.start()
+    for i in range(250):
+        recorder.record(event(tenant, variant, i % 40))
+    await recorder.stop()  # its last drain writes what is queued
+    await producer.aclose()
+    assert recorder.written == 250
+    assert redis_client.xlen(settings.usage_stream) == 3  # 100 + 100 + 50
+    redis_client.xadd(settings.usage_stream, event(tenant, variant, 30))
+    redis_client.xadd(settings.usage_stream, {"events": "[{not json"})
+    result = rollup(settings, redis_client, "alive")
+    assert (result.read, result.counted) == (5, 251)
+    assert buckets(settings) == {T0.replace(second=0): (251, 0, 25_100)}
+    assert redis_client.xlen(settings.usage_stream) == 0
