@@ -33,6 +33,11 @@ class AutoscalerConfig:
     panic_queue_per_replica: float = 8.0
     # After the last panic signal, never scale down for this long.
     panic_hold_s: float = 60.0
+    # A burst is over once the need has come back down this share of the way from the burst's
+    # level to the one before it; then its samples leave the scale-down hold. One that has not
+    # come back within ``burst_max_s`` was a new level, not a burst: it is held as any other.
+    burst_end_fraction: float = 0.75
+    burst_max_s: float = 1800.0
     # Scale down only to the highest need seen over this window (hysteresis: an oscillating
     # load near a threshold keeps the higher count instead of flapping).
     scale_down_hold_s: float = 300.0

@@ -31,6 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from controlplane.autoscaler.bursts import added_for_a_burst_now_over, not_held, track_burst
 from controlplane.autoscaler.config import AutoscalerConfig
 from controlplane.autoscaler.decision import Decision
 from controlplane.autoscaler.forecast import Forecast, forecast_peak
@@ -309,12 +310,20 @@ def prewarm_horizon(obs: PoolObservation, config: AutoscalerConfig) -> float:
 
 
 def predictive_need(obs: PoolObservation, capacity_tok_s: float | None, horizon_s: float,
-                    config: AutoscalerConfig) -> tuple[float, Forecast | None]:
-    """Replicas' worth of the forecast peak token rate within the pre-warm horizon."""
+                    config: AutoscalerConfig, state: AutoscalerState | None = None) -> tuple[float, Forecast | None]:
+    """Replicas' worth of the forecast peak token rate within the pre-warm horizon.
+
+    A burst that is over (``track_burst``) is left out of the history the forecast reads: its
+    level window would otherwise hold the burst's rate for two minutes after it (the pool
+    stepped down that slowly behind it), and its slope would read a rise."""
     if not capacity_tok_s or not obs.token_rate_history:
         return 0.0, None
+    history = obs.token_rate_history
+    if state is not None and state.burst_since is not None and state.burst_ended_at is not None:
+        since, ended = state.burst_since, state.burst_ended_at
+        history = [(t, v) for t, v in history if not since <= t <= ended]
     forecast = forecast_peak(
-        obs.token_rate_history, obs.now, horizon_s, season_s=config.season_s,
+        history, obs.now, horizon_s, season_s=config.season_s,
         level_window_s=config.forecast_level_window_s, trend_window_s=config.forecast_trend_window_s,
         trend_cap=config.forecast_trend_cap,
     )
@@ -351,26 +360,6 @@ def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now:
     return demand.ready + 1
 
 
-def not_held(need_samples: Sequence[tuple[float, float]], now: float, state: AutoscalerState,
-             config: AutoscalerConfig) -> Sequence[tuple[float, float]]:
-    """The need samples the scale-down hold remembers: all but those of a panic episode that
-    has ended, and of the stable window's minute after it (that window still averages the
-    burst in).
-
-    A panic is a step in load the stable window had not seen coming: a burst. While it lasts,
-    nothing scales down (``panic_hold_s`` past its last signal, by which time the backlog is
-    worked off). Once it is over, holding its peak for another hold window only keeps the
-    burst's replicas for a load that has gone, and shrinking through that window's sliding
-    peak takes a staircase of scale-downs (bench/fleet: 9 → 4 → 3 → 2 replicas over five
-    minutes after a two-minute burst), each one a chance of a flap. The demand after the burst
-    is what the hold then remembers. A burst that outlasts its panic still holds the target:
-    the current need is always part of the hold (``apply_hysteresis``)."""
-    since, until = state.panic_since, state.panic_until
-    if since is None or until is None or now < until:
-        return need_samples
-    return [(t, v) for t, v in need_samples if not since <= t <= until + config.stable_window_s]
-
-
 def apply_hysteresis(need: float, latest: float, current: int, need_samples: Sequence[tuple[float, float]],
                      now: float, state: AutoscalerState, in_panic: bool,
                      config: AutoscalerConfig) -> tuple[int, str]:
@@ -403,7 +392,10 @@ def apply_hysteresis(need: float, latest: float, current: int, need_samples: Seq
     if now - seen_since < config.scale_down_hold_s - config.decision_interval_s:
         # Too little memory (first ticks, or state lost): a quiet minute is no reason to shrink.
         return current, "hold: not enough history to scale down"
-    if state.last_scale_up_at is not None and now - state.last_scale_up_at < config.scale_down_cooldown_s:
+    # The cooldown keeps a replica that cost a cold start from going at the next dip; one added
+    # for a burst that is over (``bursts.track_burst``) goes with the burst.
+    if (state.last_scale_up_at is not None and now - state.last_scale_up_at < config.scale_down_cooldown_s
+            and not added_for_a_burst_now_over(state)):
         return current, "hold: cooling down after scale-up"
     if current - keep < max(1, math.ceil(config.scale_down_min_fraction * current)):
         return current, f"hold: surplus {current - keep} below the minimum scale-down step"
@@ -537,13 +529,15 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     demand_samples = record(state.demand_samples, now, demand.units, keep_s)
     reactive = reactive_need(demand_samples, now, demand, config, state.last_queue_total, state.last_ready)
     horizon = prewarm_horizon(obs, config)
-    predicted, forecast = predictive_need(obs, capacity, horizon, config)
+    predicted, forecast = predictive_need(obs, capacity, horizon, config, state)
     # While the panic rule fires, the step also drains the queue behind the burst.
     drain = backlog_drain_units(obs, demand, capacity, horizon, config) if reactive.panic_mode else 0.0
     panic_until, panic_since = state.panic_until, state.panic_since
+    panic_began = False
     if reactive.panic_mode:
         if panic_until is None or now >= panic_until:
             panic_since = now
+            panic_began = True
         panic_until = now + config.panic_hold_s
     in_panic = panic_until is not None and now < panic_until
 
@@ -597,6 +591,10 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     # floor of m with headroom rounds up to m + 1, so a warm pool could never shrink back to
     # its min_replicas. ``clamp_target`` applies the floor.
     need_samples = record(state.need_samples, now, held_need, config.scale_down_hold_s * 1.5)
+    burst_since, burst_base, burst_ended_at = track_burst(state, now, panic_began, in_panic, held_need,
+                                                          need_samples, config)
+    if burst_ended_at == now and burst_base is not None:
+        reasons.append(f"burst over: need {held_need:.2f} is back near the {burst_base:.2f} before it")
     if floor == 0 and floor_reason is not None:
         target, why = 0, floor_reason
     else:
@@ -618,6 +616,9 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         target=target,
         panic_until=panic_until,
         panic_since=panic_since,
+        burst_since=burst_since,
+        burst_base=burst_base,
+        burst_ended_at=burst_ended_at,
         last_scale_up_at=now if target > (state.target or 0) else state.last_scale_up_at,
         last_scale_down_at=now if state.target is not None and target < state.target else state.last_scale_down_at,
         tokens_per_replica_s=learned,

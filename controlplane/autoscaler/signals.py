@@ -137,6 +137,11 @@ class AutoscalerState:
     target: int | None = None
     panic_until: float | None = None
     panic_since: float | None = None  # when the latest panic episode began (it ends at panic_until)
+    # A burst: from the first panic of an episode until the need is back near where it was
+    # (``policy.track_burst``); its samples then leave the scale-down hold.
+    burst_since: float | None = None
+    burst_base: float | None = None  # the hold's peak need when the burst began
+    burst_ended_at: float | None = None
     last_scale_up_at: float | None = None
     last_scale_down_at: float | None = None
     # Learned tok/s one replica serves at the target utilization (EWMA), when not profiled.

@@ -123,3 +123,64 @@ def test_the_scale_down_hold_does_not_remember_the_forecast():
     decision, state = decide(spec, obs, AutoscalerState(), CONFIG)
     assert "forecast" in decision.signals["acted_on"]
     assert state.need_samples[-1][1] < decision.signals["need_units"]
+
+
+def test_a_burst_that_outlasts_its_panic_goes_in_one_step_once_it_is_over():
+    """Ten minutes of 3× load: the panic ended long before the burst did, so the burst's level
+    was held as any load. Once the need is back near where it was, the burst's samples leave the
+    hold and the forecast's history: the pool shrinks to the load after it about one stable
+    window after the burst's end, in one step, instead of holding its level a hold window more
+    (and the forecast's level window longer still)."""
+    burst_s = 600.0
+    _, targets = run_burst(burst_s)
+    end = 600.0 + burst_s
+    assert min(n for t, n in targets if end - 120.0 <= t < end) >= 6  # held while it lasted
+    after = [(t, n) for t, n in targets if t >= end - 5.0]
+    downs = [(t, n) for (t, n), (_, before) in zip(after[1:], after, strict=False) if n < before]
+    assert len(downs) == 1, downs
+    t_down, n_down = downs[0]
+    assert n_down == 3
+    assert t_down - end <= CONFIG.stable_window_s + 4 * CONFIG.decision_interval_s
+    assert t_down - end < CONFIG.scale_down_hold_s  # the hold window would have kept it this long
+
+
+def test_replicas_added_for_a_burst_that_is_over_skip_the_cooldown():
+    """The cooldown protects a replica that cost a cold start from the next dip; a burst that is
+    over is no dip."""
+    from controlplane.autoscaler.policy import apply_hysteresis
+
+    samples = [(float(t), 2.0) for t in range(0, 400, 5)]
+    cooling = AutoscalerState(target=8, last_scale_up_at=350.0, burst_since=100.0, burst_base=2.0)
+    kept, why = apply_hysteresis(2.0, 2.0, 8, samples, 400.0, cooling, False, CONFIG)
+    assert kept == 8 and "cooling down" in why
+    over = replace(cooling, burst_ended_at=380.0)
+    shrunk, why = apply_hysteresis(2.0, 2.0, 8, samples, 400.0, over, False, CONFIG)
+    assert shrunk == 3 and why.startswith("scale down")
+    # a scale-up after the burst ended is for something else: its cooldown holds
+    later = replace(over, last_scale_up_at=390.0)
+    assert apply_hysteresis(2.0, 2.0, 8, samples, 400.0, later, False, CONFIG)[0] == 8
+
+
+def test_a_burst_that_never_comes_back_down_is_a_new_level():
+    from controlplane.autoscaler.bursts import track_burst
+
+    state = AutoscalerState(burst_since=0.0, burst_base=2.0)
+    samples = [(float(t), 6.0) for t in range(0, 1700, 5)]
+    assert track_burst(state, 1700.0, False, False, 6.0, samples, CONFIG) == (0.0, 2.0, None)  # still up
+    assert track_burst(state, 1700.0, False, False, 2.5, samples, CONFIG) == (0.0, 2.0, 1700.0)  # back near 2
+    assert track_burst(state, CONFIG.burst_max_s + 1.0, False, False, 6.0, samples, CONFIG) == (None, None, None)
+    # a panic inside an open burst does not start another: its base stays the level before it
+    assert track_burst(state, 900.0, True, True, 6.0, samples, CONFIG) == (0.0, 2.0, None)
+
+
+def test_the_forecast_leaves_out_a_burst_that_is_over():
+    from controlplane.autoscaler.policy import predictive_need
+
+    history = tuple((float(t), 6000.0 if 300 <= t < 900 else 2000.0) for t in range(0, 961, 10))
+    obs = PoolObservation(now=960.0, replicas=tuple(make_replica(i, running=60) for i in range(6)),
+                          token_rate_history=history, model_ready_seconds=(55.0,) * 5)
+    during, _ = predictive_need(obs, 1000.0, 60.0, CONFIG, AutoscalerState(burst_since=300.0, burst_base=2.0))
+    after, _ = predictive_need(obs, 1000.0, 60.0, CONFIG,
+                               AutoscalerState(burst_since=300.0, burst_base=2.0, burst_ended_at=930.0))
+    assert during > 3.0  # the 120-s level window still averages the burst in
+    assert after == pytest.approx(2.0)
