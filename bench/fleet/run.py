@@ -109,6 +109,7 @@ def run_contender(kind: str, catalog: str, seed: int, hours: float, load_scale: 
         "cold_start_waits": o.cold_waits, "dropped": o.dropped, "migrations": t.migrations,
         "consolidation_actions": dict(t.consolidation_actions), "nodes_launched": t.nodes_launched,
         "spares": {"placed": t.spares_placed, "promoted": t.spares_promoted, "demoted": t.spares_demoted,
+                   "swapped": t.spares_swapped,
                    "evicted": t.spares_evicted},
         "replicas_placed": t.replicas_placed, "peak_nodes": t.peak_nodes, "peak_gpus": t.peak_gpus,
         "unplaced": t.unplaced, "held_cost": dict(t.held_cost), "cost_by_shape": dict(t.cost_by_shape),

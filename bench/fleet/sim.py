@@ -48,6 +48,7 @@ from controlplane.fleet.spares import (
     keep_as_spare,
     overlapping,
     plan_spares,
+    plan_swaps,
     promote,
     scale_down_keeps_warm,
 )
@@ -120,6 +121,7 @@ class Totals:
     spares_promoted: int = 0  # became regular replicas on a scale-up
     spares_demoted: int = 0  # a scale-down's surplus kept as spares
     spares_evicted: int = 0  # stopped for a replica placed on their GPUs
+    spares_swapped: int = 0  # took over from a regular replica whose node then went (plan_swaps)
     unplaced: int = 0
     peak_nodes: int = 0
     peak_gpus: int = 0
@@ -558,6 +560,8 @@ class Nimbus(Contender):
                 self.place(placed.pool_id, node, placed.gpu_ids, t)
             if t >= 0:
                 fleet.totals.unplaced += sum(n for _, n, _ in plan.unplaced)
+        if has_spares(self.spares, None):
+            self.swap_spares(t)
         # nodes: release the empty ones after the TTL (a node holding only spares is empty), time the
         # underused ones
         for node in list(fleet.nodes.values()):
@@ -596,6 +600,22 @@ class Nimbus(Contender):
                              replaces=replaces)
         r.ready_at += wait
         return r
+
+    def swap_spares(self, t: float) -> None:
+        """``reconcile`` does the same with ``spares.plan_swaps``: nodes emptied by promotion."""
+        fleet = self.fleet
+        nodes = [self.slots(n, t) for n in fleet.nodes.values()]
+        spares_on: dict[str, list[tuple[str, str, bool]]] = defaultdict(list)
+        for r in fleet.replicas.values():
+            if r.spare and r.state in ("starting", "ready"):
+                spares_on[r.node.node_id].append((r.replica_id, r.pool_id, r.state == "ready"))
+        if not spares_on:
+            return
+        for swap in plan_swaps(nodes, spares_on, {p.pool_id: p.need() for p in self.pools.values()}):
+            fleet.replicas[swap.spare_id].spare = False
+            fleet.replicas[swap.regular_id].spare = True
+            if t >= 0:
+                fleet.totals.spares_swapped += 1
 
     def fill_spares(self, t: float) -> None:
         """``reconcile.fill_spares``: spares on the free slots of ready nodes billed for replicas of

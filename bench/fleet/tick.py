@@ -7,7 +7,8 @@ A10G nodes in all regions), pools of 1-, 2- and 4-GPU replicas spread over it, a
 nodes underused long enough to be consolidation candidates. One tick = what
 ``controlplane.fleet.reconcile.fleet_tick`` runs: ``choose_surplus`` for the pools that shrink,
 ``plan_placement`` for the pools that grow (missing replicas summing to ``--missing``), then
-``plan_consolidation``, then ``plan_spares`` for the free slots, with the default budget (1 node in flight) and with a wide one. Then the
+``plan_consolidation``, then ``plan_spares`` for the free slots and ``plan_swaps`` over them, with
+the default budget (1 node in flight) and with a wide one. Then the
 worst cases: more missing than the free GPUs (new nodes), a mass launch (every pool misses 10
 more replicas: thousands of pools need new nodes at once) and a cold start (an empty fleet, all
 of its replicas missing). Target: <= 2 s for the whole tick, each of them.
@@ -25,7 +26,7 @@ from bench.fleet.catalog import fine_offers
 from controlplane.fleet.capacity import ConsolidationBudget, HostedReplica, NodeSlots, PoolNeed
 from controlplane.fleet.consolidation import plan_consolidation
 from controlplane.fleet.placement import choose_surplus, pick_gpus, plan_placement, tokens_per_s
-from controlplane.fleet.spares import plan_spares
+from controlplane.fleet.spares import plan_spares, plan_swaps
 
 NOW = 1_000_000.0
 
@@ -125,11 +126,18 @@ def tick(offers, pools, nodes, rng: random.Random, missing: int, budget: Consoli
             serving[r.pool_id] += tokens_per_s(pools[r.pool_id], n.gpu_type)
     spares = plan_spares([n for n in nodes if n.free_gpus], pools, serving, {}, max_ratio=2.0)
     timings["plan_spares"] = time.perf_counter() - t0
+    # reconcile.swap_spares: those spares, ready, stand in for the replicas of nodes they can empty
+    spares_on: dict[str, list[tuple[str, str, bool]]] = defaultdict(list)
+    for k, sp in enumerate(spares):
+        spares_on[sp.node_id].append((f"spare-{k}", sp.pool_id, True))
+    t0 = time.perf_counter()
+    swaps = plan_swaps(nodes, spares_on, pools)
+    timings["plan_swaps"] = time.perf_counter() - t0
     timings["tick"] = sum(timings.values())
     timings.update(stopped=stopped, placed=len(plan.placed), launches=len(plan.launches),
                    launch_cost=sum(n.offer.price_per_hour for n in plan.launches),
                    unplaced=sum(n for _, n, _ in plan.unplaced), actions=len(actions),
-                   moves=sum(len(a.moves) for a in actions), spares=len(spares))
+                   moves=sum(len(a.moves) for a in actions), spares=len(spares), swaps=len(swaps))
     return timings
 
 
@@ -174,8 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(runs, key=lambda r: r["tick"])
         print(f"{label}: worst of {args.repeat} ticks {worst['tick']:.2f} s (choose_surplus "
               f"{worst['choose_surplus']:.2f} s, plan_placement {worst['plan_placement']:.2f} s, plan_consolidation "
-              f"{worst['plan_consolidation']:.2f} s, plan_spares {worst['plan_spares']:.2f} s); {worst['placed']} placed, "
-              f"{worst['spares']} spares, {worst['launches']} new nodes "
+              f"{worst['plan_consolidation']:.2f} s, plan_spares {worst['plan_spares']:.2f} s, plan_swaps "
+              f"{worst['plan_swaps']:.2f} s); {worst['placed']} placed, "
+              f"{worst['spares']} spares, {worst['swaps']} swaps, {worst['launches']} new nodes "
               f"(${worst['launch_cost']:,.2f}/h), "
               f"{worst['unplaced']} unplaced, {worst['stopped']} stopped, {worst['actions']} consolidation actions "
               f"({worst['moves']} moves)")

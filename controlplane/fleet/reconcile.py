@@ -106,6 +106,7 @@ class TickResult:
     promoted: int = 0  # spares that became regular replicas (a scale-up without a cold start)
     demoted: int = 0  # surplus replicas kept as spares (their node stays billed)
     evicted: int = 0  # spares stopped because placement or a move took their GPUs
+    swapped: int = 0  # spares that took over from a regular replica so that its node empties
     unplaced: dict[str, str] = field(default_factory=dict)  # pool id → why
     operations: list[tuple[uuid.UUID, OperationKind]] = field(default_factory=list)  # to run now
 
@@ -327,6 +328,11 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
             changes.set(fleet.pools[uuid.UUID(pool_id)], capacity_status=CAPACITY_UNAVAILABLE)
             result.unplaced[pool_id] = f"{count} replica(s): {why}"
         result.launched = len(plan.launches)
+        placed_on = {placed.node_id for placed in plan.placed}
+    else:
+        placed_on = set()
+    if spares_on:
+        result.swapped = swap_spares(fleet, changes, slots, spare_rows, pool_needs, placed_on)
     placed_pools = {p for p in fleet.pools if str(p) not in result.unplaced}
     launching = _launching_pools(fleet)
     for pool_id in placed_pools:
@@ -619,6 +625,32 @@ def consolidate(session: Session, changes: RowWrites, fleet: Fleet, offers: Sequ
 
 
 # ---------------------------------------------------------------- spares
+def swap_spares(fleet: Fleet, changes: RowWrites, slots: dict[uuid.UUID, NodeSlots],
+                spare_rows: dict[uuid.UUID, list[ReplicaRow]], pool_needs: dict[uuid.UUID, PoolNeed],
+                placed_on: set[str]) -> int:
+    """Empty nodes by promotion (``spares.plan_swaps``): a ready spare takes over from a regular
+    replica of its pool, which stays on as a spare; a node left with only spares is empty and
+    goes after the empty-node TTL, its spares draining first. Not on a node that got a replica
+    this tick (``slots`` does not show it yet)."""
+    spares_on: dict[str, list[tuple[str, str, bool]]] = defaultdict(list)
+    for pool_id, rows in spare_rows.items():
+        for r in rows:
+            if r.desired_state == RUN and r.state not in ENDED:  # not evicted this tick
+                spares_on[str(r.node_id)].append((r.key, str(pool_id), r.state == R.ready))
+    if not spares_on:
+        return 0
+    nodes = [n for node_id, n in slots.items() if str(node_id) not in placed_on]
+    swaps = spares.plan_swaps(nodes, spares_on, {str(p): need for p, need in pool_needs.items()})
+    by_id = fleet.by_id
+    for swap in swaps:
+        promoted, demoted = by_id[uuid.UUID(swap.spare_id)], by_id[uuid.UUID(swap.regular_id)]
+        changes.set(promoted, spare=False)
+        changes.set(demoted, spare=True)
+        spare_rows[promoted.pool_id].remove(promoted)
+        spare_rows[demoted.pool_id].append(demoted)
+    return len(swaps)
+
+
 def drain_spares_first(releases: list[tuple[NodeRow, str]], by_node: dict[uuid.UUID, list[ReplicaRow]],
                        fleet: Fleet, now: dt.datetime, settings: Settings,
                        changes: RowWrites) -> list[tuple[NodeRow, str]]:

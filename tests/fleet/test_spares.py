@@ -7,15 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.fleet.capacity import HostedReplica, NodeSlots, PoolNeed
-from controlplane.fleet.spares import has_spares, keep_as_spare, overlapping, plan_spares, promote
+from controlplane.fleet.spares import Swap, has_spares, keep_as_spare, overlapping, plan_spares, plan_swaps, promote
 
 
 def node(node_id: str, total: int, held: dict[str, tuple[int, ...]] = (), *, gpu_type: str = "h100",
-         dedicated: str | None = None, memory: float = 80.0) -> NodeSlots:
-    hosted = tuple(HostedReplica(replica_id=f"{node_id}-{pool}-{i}", pool_id=pool, gpu_ids=gpus, ready=True)
+         dedicated: str | None = None, memory: float = 80.0, spot: bool = False, moving: bool = False) -> NodeSlots:
+    hosted = tuple(HostedReplica(replica_id=f"{node_id}-{pool}-{i}", pool_id=pool, gpu_ids=gpus, ready=True,
+                                 moving=moving)
                    for i, (pool, gpus) in enumerate(dict(held).items()))
     return NodeSlots(node_id=node_id, cloud="aws", region="us-east-1", zone="us-east-1a", instance_type="x",
-                     gpu_type=gpu_type, gpus_total=total, spot=False, dedicated_tenant_id=dedicated,
+                     gpu_type=gpu_type, gpus_total=total, spot=spot, dedicated_tenant_id=dedicated,
                      price_per_hour=10.0 * total, replicas=hosted, gpu_memory_gb=memory)
 
 
@@ -164,3 +165,68 @@ def test_the_heaps_choose_exactly_what_scanning_every_pool_for_every_slot_choose
     spare = {f"p{i}": s for i, (_, _, s, _) in enumerate(pool_specs)}
     got = [(s.pool_id, s.node_id, s.gpu_ids) for s in plan_spares(nodes, pools, serving, spare, max_ratio=ratio)]
     assert got == reference_plan(nodes, pools, serving, spare, ratio)
+
+
+# ---------------------------------------------------------------- swaps: nodes emptied by promotion
+EIGHT_B = {"h100": 9.6, "l40s": 2.7}
+
+
+def test_a_node_whose_replicas_all_have_warm_spares_elsewhere_is_emptied_by_promotion():
+    """An L40S node holds one replica of each 8B pool; an H100 node billed for a 70B replica
+    holds a ready spare of each on its floor. The spares take over, the L40S replicas become
+    spares, and the L40S node holds only spares: it goes, with no copy loaded anywhere."""
+    small = node("l40s-1", 4, {"a": (0,), "b": (1,)}, gpu_type="l40s")
+    big = node("h100-1", 8, {"70b": (0, 1, 2, 3)})
+    pools = {p: need(p, types=("h100", "l40s"), tps=EIGHT_B) for p in ("a", "b")} | {"70b": need("70b", 4)}
+    spares = {"h100-1": [("sa", "a", True), ("sb", "b", True)]}
+    assert sorted(plan_swaps([small, big], spares, pools), key=lambda s: s.spare_id) == [
+        Swap("sa", "l40s-1-a-0"), Swap("sb", "l40s-1-b-1")]
+
+
+def test_no_swap_unless_the_whole_node_empties():
+    small = node("l40s-1", 4, {"a": (0,), "b": (1,)}, gpu_type="l40s")
+    big = node("h100-1", 8, {"70b": (0, 1, 2, 3)})
+    pools = {p: need(p, types=("h100", "l40s"), tps=EIGHT_B) for p in ("a", "b")} | {"70b": need("70b", 4)}
+    # b has no spare: a's swap alone would relabel replicas and release nothing
+    assert plan_swaps([small, big], {"h100-1": [("sa", "a", True)]}, pools) == []
+
+
+def test_a_swap_never_costs_throughput_markets_or_a_node_that_would_not_stay_billed():
+    pools = {"a": need("a", types=("h100", "l40s"), tps=EIGHT_B), "x": need("x")}
+    on_h100 = node("h100-1", 8, {"a": (0,)})
+    on_l40s = node("l40s-1", 4, {"x": (0,)}, gpu_type="l40s")
+    # the spare is on a slower GPU type: the pool would lose profiled throughput
+    assert plan_swaps([on_h100, on_l40s], {"l40s-1": [("sa", "a", True)]}, pools) == []
+    # the spare is still loading
+    donor = node("l40s-2", 4, {"a": (0,)}, gpu_type="l40s")
+    host = node("h100-2", 8, {"x": (0,)})
+    assert plan_swaps([donor, host], {"h100-2": [("sa", "a", False)]}, pools) == []
+    # the spare is on a spot node, the replica on demand
+    spot_host = node("h100-3", 8, {"x": (0,)}, spot=True)
+    assert plan_swaps([donor, spot_host], {"h100-3": [("sa", "a", True)]}, pools) == []
+    # the spare's node holds nothing else (it is empty itself), or is being emptied by a move
+    bare = node("h100-4", 8)
+    leaving = node("h100-5", 8, {"x": (0,)}, moving=True)
+    assert plan_swaps([donor, bare], {"h100-4": [("sa", "a", True)]}, pools) == []
+    assert plan_swaps([donor, leaving], {"h100-5": [("sa", "a", True)]}, pools) == []
+    # a replica that is moving is a consolidation's: left alone
+    busy = node("l40s-3", 4, {"a": (0,)}, gpu_type="l40s", moving=True)
+    assert plan_swaps([busy, host], {"h100-2": [("sa", "a", True)]}, pools) == []
+    # with everything right, it swaps
+    assert plan_swaps([donor, host], {"h100-2": [("sa", "a", True)]}, pools) == [Swap("sa", "l40s-2-a-0")]
+
+
+def test_a_node_that_takes_over_is_never_emptied_and_each_spare_stands_in_once():
+    """Two half-used H100 nodes, each with a spare of the other's pool: emptying the first by
+    promoting on the second makes the second stay, so only one swap happens; a spare promoted
+    once is not promoted for another replica."""
+    pools = {p: need(p) for p in ("a", "b")}
+    n1 = node("n1", 8, {"a": (0,)})
+    n2 = node("n2", 8, {"b": (0,), "b2": (1,)})
+    pools["b2"] = need("b2")
+    spares = {"n1": [("sb", "b", True)], "n2": [("sa", "a", True)]}
+    assert plan_swaps([n1, n2], spares, pools) == [Swap("sa", "n1-a-0")]
+    two = node("n3", 8, {"a": (0,), "a2": (1,)})
+    pools["a2"] = need("a2")
+    # one spare of a, two replicas needing one each (a and a2): a2 has none, so n3 stays
+    assert plan_swaps([two, n2], {"n2": [("sa", "a", True)]}, pools) == []

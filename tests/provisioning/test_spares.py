@@ -128,3 +128,39 @@ def test_a_node_holding_only_spares_is_released_and_a_pool_at_zero_keeps_none(se
     set_desired(settings, pool, 0)
     tick(settings)
     assert wanted(settings, pool, spare=True) == [] and wanted(settings, pool, spare=False) == []
+
+
+def test_a_node_whose_replica_has_a_warm_spare_elsewhere_is_emptied_by_promotion(settings):
+    """A lone replica on one node, a ready spare of its pool on a node that stays billed for
+    others: the spare takes over (no copy loads anywhere), the lone replica stays on as a spare,
+    and its node, holding only spares, drains them and goes. The pool keeps its size throughout."""
+    settings = settings.model_copy(update={"empty_node_ttl_s": 0})
+    [pool] = seed(settings, 1, 9).pool_ids  # 8 replicas on one node, 1 on another
+    with session_scope(settings) as s:
+        rows = list(s.scalars(select(Replica).where(Replica.pool_id == pool)))
+        by_node: dict = {}
+        for r in rows:
+            by_node.setdefault(r.node_id, []).append(r)
+        [(full_node, on_full)] = [(n, rs) for n, rs in by_node.items() if len(rs) == 8]
+        [lone_node] = [n for n in by_node if n != full_node]
+        gone = on_full[0]  # one engine of the full node ended: a GPU there is free
+        gone.desired_state, gone.state = STOP, ReplicaState.stopped
+    set_desired(settings, pool, 8)
+    result = tick(settings)  # spares on the free GPUs of both nodes, still loading: nothing swaps
+    assert result.swapped == 0 and result.spares == 8
+    agents_report_ready(settings)
+
+    result = tick(settings)
+    assert result.swapped == 1
+    regular = wanted(settings, pool, spare=False)
+    assert len(regular) == 8 and all(r.node_id == full_node for r in regular)  # the pool keeps its size
+    with session_scope(settings) as s:
+        on_lone = s.scalars(select(Replica).where(Replica.node_id == lone_node)).all()
+        # everything there is a spare now, draining before its node goes
+        assert all(r.spare for r in on_lone)
+        assert all(r.desired_state == STOP for r in on_lone)
+    agents_report_stopped(settings)
+    assert tick(settings).terminated == 1
+    with session_scope(settings) as s:
+        assert s.get(Node, lone_node).state in (NodeState.terminating, NodeState.terminated)
+    assert_no_gpu_twice(settings)
