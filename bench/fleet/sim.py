@@ -611,7 +611,8 @@ class Nimbus(Contender):
                 spares_on[r.node.node_id].append((r.replica_id, r.pool_id, r.state == "ready"))
         if not spares_on:
             return
-        for swap in plan_swaps(nodes, spares_on, {p.pool_id: p.need() for p in self.pools.values()}):
+        leaving = {r.node.node_id for r in fleet.replicas.values() if r.moving and r.state != "ended"}
+        for swap in plan_swaps(nodes, spares_on, {p.pool_id: p.need() for p in self.pools.values()}, leaving):
             fleet.replicas[swap.spare_id].spare = False
             fleet.replicas[swap.regular_id].spare = True
             if t >= 0:

@@ -332,7 +332,7 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
     else:
         placed_on = set()
     if spares_on:
-        result.swapped = swap_spares(fleet, changes, slots, spare_rows, pool_needs, placed_on)
+        result.swapped = swap_spares(fleet, changes, slots, spare_rows, pool_needs, placed_on, in_flight)
     placed_pools = {p for p in fleet.pools if str(p) not in result.unplaced}
     launching = _launching_pools(fleet)
     for pool_id in placed_pools:
@@ -627,7 +627,7 @@ def consolidate(session: Session, changes: RowWrites, fleet: Fleet, offers: Sequ
 # ---------------------------------------------------------------- spares
 def swap_spares(fleet: Fleet, changes: RowWrites, slots: dict[uuid.UUID, NodeSlots],
                 spare_rows: dict[uuid.UUID, list[ReplicaRow]], pool_needs: dict[uuid.UUID, PoolNeed],
-                placed_on: set[str]) -> int:
+                placed_on: set[str], in_flight: set[uuid.UUID]) -> int:
     """Empty nodes by promotion (``spares.plan_swaps``): a ready spare takes over from a regular
     replica of its pool, which stays on as a spare; a node left with only spares is empty and
     goes after the empty-node TTL, its spares draining first. Not on a node that got a replica
@@ -639,9 +639,12 @@ def swap_spares(fleet: Fleet, changes: RowWrites, slots: dict[uuid.UUID, NodeSlo
                 spares_on[str(r.node_id)].append((r.key, str(pool_id), r.state == R.ready))
     if not spares_on:
         return 0
-    nodes = [n for node_id, n in slots.items() if str(node_id) not in placed_on]
-    swaps = spares.plan_swaps(nodes, spares_on, {str(p): need for p, need in pool_needs.items()})
     by_id = fleet.by_id
+    # the sources of the moves under way: a consolidation is emptying them
+    leaving = {str(orig.node_id) for r in fleet.replicas
+               if r.replaces_id is not None and r.id in in_flight and (orig := by_id.get(r.replaces_id)) is not None}
+    nodes = [n for node_id, n in slots.items() if str(node_id) not in placed_on]
+    swaps = spares.plan_swaps(nodes, spares_on, {str(p): need for p, need in pool_needs.items()}, leaving)
     for swap in swaps:
         promoted, demoted = by_id[uuid.UUID(swap.spare_id)], by_id[uuid.UUID(swap.regular_id)]
         changes.set(promoted, spare=False)

@@ -30,7 +30,7 @@ Pure functions; ``controlplane.fleet.reconcile`` reads the rows and writes the a
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from controlplane.fleet.capacity import NodeSlots, PoolNeed
@@ -170,7 +170,7 @@ class Swap:
 
 
 def plan_swaps(nodes: Sequence[NodeSlots], spares_on: Mapping[str, Sequence[tuple[str, str, bool]]],
-               pools: Mapping[str, PoolNeed]) -> list[Swap]:
+               pools: Mapping[str, PoolNeed], leaving: Set[str] = frozenset()) -> list[Swap]:
     """Nodes emptied by promotion: where every regular replica of a node has a ready spare of
     its pool on another node that stays billed, the spares take over and the node's replicas
     become spares, so the node holds only spares and goes (a node holding only spares is
@@ -178,11 +178,13 @@ def plan_swaps(nodes: Sequence[NodeSlots], spares_on: Mapping[str, Sequence[tupl
     nothing dips and no GPU is paid twice.
 
     ``nodes``: the live nodes as placement sees them (regular replicas only); ``spares_on``:
-    each node's spares as (replica id, pool id, ready); ``pools``: the pools' profiles. A spare
-    stands in only for a replica of its own pool, in the same market, on a GPU type at least as
-    fast (a swap never costs its pool profiled throughput), and only on a node that keeps a
-    regular replica of its own (it stays billed) and is not itself being emptied. The emptiest
-    nodes go first (fewest regular GPUs, then the dearest); nothing moving is touched."""
+    each node's spares as (replica id, pool id, ready); ``pools``: the pools' profiles;
+    ``leaving``: nodes a consolidation in flight is emptying. A spare stands in only for a
+    replica of its own pool, in the same market, on a GPU type at least as fast (a swap never
+    costs its pool profiled throughput), and only on a node that keeps a regular replica of its
+    own (it stays billed) and is not itself leaving or being emptied here (a replacement node
+    still filling with a move's copies is a fine host: it stays). The emptiest nodes go first
+    (fewest regular GPUs, then the dearest); a node with a move under way is left to it."""
     by_id = {n.node_id: n for n in nodes}
     # Nodes that can give: launched, ready, every regular replica ready and not moving.
     candidates = [n for n in nodes if n.launched and n.ready and n.replicas
@@ -210,8 +212,8 @@ def plan_swaps(nodes: Sequence[NodeSlots], spares_on: Mapping[str, Sequence[tupl
             pick = None
             for spare_id, where in free.get(r.pool_id, ()):
                 host = by_id[where]
-                if (spare_id in taken or where == node.node_id or where in emptied or not host.ready
-                        or host.spot != node.spot or not host.replicas or all(x.moving for x in host.replicas)
+                if (spare_id in taken or where == node.node_id or where in emptied or where in leaving
+                        or not host.ready or host.spot != node.spot or not host.replicas
                         or tokens_per_s(need, host.gpu_type) < own):
                     continue
                 pick = (spare_id, where)

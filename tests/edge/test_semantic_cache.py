@@ -15,6 +15,7 @@ from controlplane.services.caching import purge
 from dataplane.edge.response_cache import BYPASS, MISS
 from dataplane.edge.semantic_cache import SEMANTIC
 from tests.edge.conftest import add_tier, make_key, sdk_client, standalone_config
+from tests.usage_events import stream_events
 
 SEM, OTHER, PLAIN, LIMITED = make_key("sem"), make_key("other"), make_key("plain"), make_key("limited")
 SEM_ID = str(uuid.uuid4())
@@ -92,12 +93,12 @@ def test_a_paraphrase_is_answered_from_the_cache_and_nothing_crosses_a_scope(edg
            streamed.headers["x-request-id"]: SEMANTIC}
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        events = {f[b"request_id"].decode(): f for _, f in r.xrange("nimbus:usage")}
+        events = {e["request_id"]: e for e in stream_events(r, "nimbus:usage")}
         if set(ids) <= set(events):
             break
         time.sleep(0.1)
-    assert {i: events[i][b"cache"].decode() for i in ids} == ids
-    assert events[hit.headers["x-request-id"]][b"completion_tokens"] == b"0"
+    assert {i: events[i]["cache"] for i in ids} == ids
+    assert events[hit.headers["x-request-id"]]["completion_tokens"] == "0"
 
     # A second edge of the region replays the log: it starts with the index warm, and what either
     # edge stores the other finds.

@@ -7,7 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.fleet.capacity import HostedReplica, NodeSlots, PoolNeed
-from controlplane.fleet.spares import Swap, has_spares, keep_as_spare, overlapping, plan_spares, plan_swaps, promote
+from controlplane.fleet.spares import (
+    Swap,
+    has_spares,
+    keep_as_spare,
+    overlapping,
+    plan_spares,
+    plan_swaps,
+    promote,
+)
 
 
 def node(node_id: str, total: int, held: dict[str, tuple[int, ...]] = (), *, gpu_type: str = "h100",
@@ -204,11 +212,14 @@ def test_a_swap_never_costs_throughput_markets_or_a_node_that_would_not_stay_bil
     # the spare is on a spot node, the replica on demand
     spot_host = node("h100-3", 8, {"x": (0,)}, spot=True)
     assert plan_swaps([donor, spot_host], {"h100-3": [("sa", "a", True)]}, pools) == []
-    # the spare's node holds nothing else (it is empty itself), or is being emptied by a move
+    # the spare's node holds nothing else (it is empty itself), or a consolidation is emptying it
     bare = node("h100-4", 8)
-    leaving = node("h100-5", 8, {"x": (0,)}, moving=True)
+    source = node("h100-5", 8, {"x": (0,)}, moving=True)
     assert plan_swaps([donor, bare], {"h100-4": [("sa", "a", True)]}, pools) == []
-    assert plan_swaps([donor, leaving], {"h100-5": [("sa", "a", True)]}, pools) == []
+    assert plan_swaps([donor, source], {"h100-5": [("sa", "a", True)]}, pools, {"h100-5"}) == []
+    # a replacement node filling with a move's copies stays: a fine host
+    filling = node("h100-6", 8, {"x": (0,)}, moving=True)
+    assert plan_swaps([donor, filling], {"h100-6": [("sa", "a", True)]}, pools) == [Swap("sa", "l40s-2-a-0")]
     # a replica that is moving is a consolidation's: left alone
     busy = node("l40s-3", 4, {"a": (0,)}, gpu_type="l40s", moving=True)
     assert plan_swaps([busy, host], {"h100-2": [("sa", "a", True)]}, pools) == []
