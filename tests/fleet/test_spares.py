@@ -6,16 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controlplane.fleet import spares
 from controlplane.fleet.capacity import HostedReplica, NodeSlots, PoolNeed
-from controlplane.fleet.spares import (
-    Swap,
-    has_spares,
-    keep_as_spare,
-    overlapping,
-    plan_spares,
-    plan_swaps,
-    promote,
-)
+from controlplane.fleet.spares import has_spares, keep_as_spare, overlapping, plan_spares, promote
 
 
 def node(node_id: str, total: int, held: dict[str, tuple[int, ...]] = (), *, gpu_type: str = "h100",
@@ -186,9 +179,9 @@ def test_a_node_whose_replicas_all_have_warm_spares_elsewhere_is_emptied_by_prom
     small = node("l40s-1", 4, {"a": (0,), "b": (1,)}, gpu_type="l40s")
     big = node("h100-1", 8, {"70b": (0, 1, 2, 3)})
     pools = {p: need(p, types=("h100", "l40s"), tps=EIGHT_B) for p in ("a", "b")} | {"70b": need("70b", 4)}
-    spares = {"h100-1": [("sa", "a", True), ("sb", "b", True)]}
-    assert sorted(plan_swaps([small, big], spares, pools), key=lambda s: s.spare_id) == [
-        Swap("sa", "l40s-1-a-0"), Swap("sb", "l40s-1-b-1")]
+    held = {"h100-1": [("sa", "a", True), ("sb", "b", True)]}
+    assert sorted(spares.plan_swaps([small, big], held, pools), key=lambda s: s.spare_id) == [
+        spares.Swap("sa", "l40s-1-a-0"), spares.Swap("sb", "l40s-1-b-1")]
 
 
 def test_no_swap_unless_the_whole_node_empties():
@@ -196,7 +189,7 @@ def test_no_swap_unless_the_whole_node_empties():
     big = node("h100-1", 8, {"70b": (0, 1, 2, 3)})
     pools = {p: need(p, types=("h100", "l40s"), tps=EIGHT_B) for p in ("a", "b")} | {"70b": need("70b", 4)}
     # b has no spare: a's swap alone would relabel replicas and release nothing
-    assert plan_swaps([small, big], {"h100-1": [("sa", "a", True)]}, pools) == []
+    assert spares.plan_swaps([small, big], {"h100-1": [("sa", "a", True)]}, pools) == []
 
 
 def test_a_swap_never_costs_throughput_markets_or_a_node_that_would_not_stay_billed():
@@ -204,27 +197,27 @@ def test_a_swap_never_costs_throughput_markets_or_a_node_that_would_not_stay_bil
     on_h100 = node("h100-1", 8, {"a": (0,)})
     on_l40s = node("l40s-1", 4, {"x": (0,)}, gpu_type="l40s")
     # the spare is on a slower GPU type: the pool would lose profiled throughput
-    assert plan_swaps([on_h100, on_l40s], {"l40s-1": [("sa", "a", True)]}, pools) == []
+    assert spares.plan_swaps([on_h100, on_l40s], {"l40s-1": [("sa", "a", True)]}, pools) == []
     # the spare is still loading
     donor = node("l40s-2", 4, {"a": (0,)}, gpu_type="l40s")
     host = node("h100-2", 8, {"x": (0,)})
-    assert plan_swaps([donor, host], {"h100-2": [("sa", "a", False)]}, pools) == []
+    assert spares.plan_swaps([donor, host], {"h100-2": [("sa", "a", False)]}, pools) == []
     # the spare is on a spot node, the replica on demand
     spot_host = node("h100-3", 8, {"x": (0,)}, spot=True)
-    assert plan_swaps([donor, spot_host], {"h100-3": [("sa", "a", True)]}, pools) == []
+    assert spares.plan_swaps([donor, spot_host], {"h100-3": [("sa", "a", True)]}, pools) == []
     # the spare's node holds nothing else (it is empty itself), or a consolidation is emptying it
     bare = node("h100-4", 8)
     source = node("h100-5", 8, {"x": (0,)}, moving=True)
-    assert plan_swaps([donor, bare], {"h100-4": [("sa", "a", True)]}, pools) == []
-    assert plan_swaps([donor, source], {"h100-5": [("sa", "a", True)]}, pools, {"h100-5"}) == []
+    assert spares.plan_swaps([donor, bare], {"h100-4": [("sa", "a", True)]}, pools) == []
+    assert spares.plan_swaps([donor, source], {"h100-5": [("sa", "a", True)]}, pools, {"h100-5"}) == []
     # a replacement node filling with a move's copies stays: a fine host
     filling = node("h100-6", 8, {"x": (0,)}, moving=True)
-    assert plan_swaps([donor, filling], {"h100-6": [("sa", "a", True)]}, pools) == [Swap("sa", "l40s-2-a-0")]
+    assert spares.plan_swaps([donor, filling], {"h100-6": [("sa", "a", True)]}, pools) == [spares.Swap("sa", "l40s-2-a-0")]
     # a replica that is moving is a consolidation's: left alone
     busy = node("l40s-3", 4, {"a": (0,)}, gpu_type="l40s", moving=True)
-    assert plan_swaps([busy, host], {"h100-2": [("sa", "a", True)]}, pools) == []
+    assert spares.plan_swaps([busy, host], {"h100-2": [("sa", "a", True)]}, pools) == []
     # with everything right, it swaps
-    assert plan_swaps([donor, host], {"h100-2": [("sa", "a", True)]}, pools) == [Swap("sa", "l40s-2-a-0")]
+    assert spares.plan_swaps([donor, host], {"h100-2": [("sa", "a", True)]}, pools) == [spares.Swap("sa", "l40s-2-a-0")]
 
 
 def test_a_node_that_takes_over_is_never_emptied_and_each_spare_stands_in_once():
@@ -235,9 +228,9 @@ def test_a_node_that_takes_over_is_never_emptied_and_each_spare_stands_in_once()
     n1 = node("n1", 8, {"a": (0,)})
     n2 = node("n2", 8, {"b": (0,), "b2": (1,)})
     pools["b2"] = need("b2")
-    spares = {"n1": [("sb", "b", True)], "n2": [("sa", "a", True)]}
-    assert plan_swaps([n1, n2], spares, pools) == [Swap("sa", "n1-a-0")]
+    held = {"n1": [("sb", "b", True)], "n2": [("sa", "a", True)]}
+    assert spares.plan_swaps([n1, n2], held, pools) == [spares.Swap("sa", "n1-a-0")]
     two = node("n3", 8, {"a": (0,), "a2": (1,)})
     pools["a2"] = need("a2")
     # one spare of a, two replicas needing one each (a and a2): a2 has none, so n3 stays
-    assert plan_swaps([two, n2], {"n2": [("sa", "a", True)]}, pools) == []
+    assert spares.plan_swaps([two, n2], {"n2": [("sa", "a", True)]}, pools) == []
