@@ -28,6 +28,7 @@ Every decision carries its reasons and the signals behind them, for the admin AP
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -309,6 +310,10 @@ def prewarm_horizon(obs: PoolObservation, config: AutoscalerConfig) -> float:
     return (ready_time if ready_time is not None else config.default_model_ready_s) + config.decision_interval_s
 
 
+def _time(point: tuple[float, float]) -> float:
+    return point[0]
+
+
 def predictive_need(obs: PoolObservation, capacity_tok_s: float | None, horizon_s: float,
                     config: AutoscalerConfig, state: AutoscalerState | None = None) -> tuple[float, Forecast | None]:
     """Replicas' worth of the forecast peak token rate within the pre-warm horizon.
@@ -320,8 +325,12 @@ def predictive_need(obs: PoolObservation, capacity_tok_s: float | None, horizon_
         return 0.0, None
     history = obs.token_rate_history
     if state is not None and state.burst_since is not None and state.burst_ended_at is not None:
-        since, ended = state.burst_since, state.burst_ended_at
-        history = [(t, v) for t, v in history if not since <= t <= ended]
+        # Sliced out by time (the history is oldest first), not filtered point by point: the
+        # history is the pool's day and more, read every tick for as long as the burst is the last.
+        lo = bisect_left(history, state.burst_since, key=_time)
+        hi = bisect_right(history, state.burst_ended_at, key=_time)
+        if hi > lo:
+            history = [*history[:lo], *history[hi:]]
     forecast = forecast_peak(
         history, obs.now, horizon_s, season_s=config.season_s,
         level_window_s=config.forecast_level_window_s, trend_window_s=config.forecast_trend_window_s,
