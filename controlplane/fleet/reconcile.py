@@ -641,8 +641,9 @@ def swap_spares(fleet: Fleet, changes: RowWrites, slots: dict[uuid.UUID, NodeSlo
         return 0
     by_id = fleet.by_id
     # the sources of the moves under way: a consolidation is emptying them
-    leaving = {str(orig.node_id) for r in fleet.replicas
-               if r.replaces_id is not None and r.id in in_flight and (orig := by_id.get(r.replaces_id)) is not None}
+    # (a copy keeps ``replaces_id`` after its move: only a pair both in flight is a move under way)
+    leaving = {str(by_id[r.replaces_id].node_id) for r in fleet.replicas
+               if r.replaces_id is not None and r.id in in_flight and r.replaces_id in in_flight}
     nodes = [n for node_id, n in slots.items() if str(node_id) not in placed_on]
     swaps = spares.plan_swaps(nodes, spares_on, {str(p): need for p, need in pool_needs.items()}, leaving)
     for swap in swaps:
