@@ -225,6 +225,9 @@ class ReactiveNeed:
     stable_units: float  # replicas' worth of demand, mean over the stable window
     panic_units: float  # the same over the panic window (or the newest sample if higher)
     panic_mode: bool
+    # ready + 1 when a queue that is not draining asked for one more replica: a count, not
+    # demand, so no headroom goes on top of it (``apply_hysteresis``)
+    queue_step: int = 0
 
     @property
     def stable(self) -> int:
@@ -232,7 +235,7 @@ class ReactiveNeed:
 
     @property
     def panic(self) -> int:
-        return replicas_for(self.panic_units)
+        return max(replicas_for(self.panic_units), self.queue_step)
 
 
 def record(samples: tuple, t: float, value, keep_s: float) -> tuple:
@@ -257,6 +260,7 @@ def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: De
     panic = replicas_for(panic_units)
     ready = max(1, demand.ready)
     queued_too_long = demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * ready
+    queue_step = 0
     if (queued_too_long and previous_queue is not None and demand.queue_total >= previous_queue
             and previous_ready is not None and demand.ready <= previous_ready):
         # A queue that is not draining is demand the rate signal cannot see (a throttled GPU,
@@ -265,12 +269,12 @@ def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: De
         # that grew while replicas were still starting: the ones that just became ready have not
         # served a tick yet. Judged on them, the rule asked for everything ready + 1 the moment a
         # burst's replicas arrived (bench/fleet: a pool at 3.85 replicas' worth went to 9).
-        panic_units = max(panic_units, float(demand.ready + 1))
-        panic = replicas_for(panic_units)
+        queue_step = demand.ready + 1
+        panic = max(panic, queue_step)
     # Knative's rule: the demand itself (not its ceiling) reaches panic_threshold × the ready
     # replicas. With the ceiling, one ready replica panicked on any 10 s mean above 1.0.
     panic_mode = panic > demand.ready and (panic_units >= config.panic_threshold * ready - EPS or queued_too_long)
-    return ReactiveNeed(stable_units, panic_units, panic_mode)
+    return ReactiveNeed(stable_units, panic_units, panic_mode, queue_step)
 
 
 def backlog_drain_units(obs: PoolObservation, demand: Demand, capacity_tok_s: float | None,
@@ -371,18 +375,20 @@ def slo_breach_need(demand: Demand, spec: PoolSpec, state: AutoscalerState, now:
 
 def apply_hysteresis(need: float, latest: float, current: int, need_samples: Sequence[tuple[float, float]],
                      now: float, state: AutoscalerState, in_panic: bool,
-                     config: AutoscalerConfig) -> tuple[int, str]:
+                     config: AutoscalerConfig, *, measured: float | None = None, step: int = 0) -> tuple[int, str]:
     """Next target from the current one and the need (in replicas' worth, fractional).
 
     Up as soon as the windowed need passes the target, sized by the newest sample when that
     is higher (a step in load is then met in one step, not followed tick by tick as the
     window's mean catches up), with headroom: more in panic, where the burst is still being
-    measured. Down only when the highest need of the hold window, plus headroom, frees a
+    measured. The headroom goes on the ``measured`` demand (``need`` when not given), not on
+    a rule's ``step`` (a replica count: one more than are ready), which is met exactly. Down only when the highest need of the hold window, plus headroom, frees a
     worthwhile share of the pool; never while panicking, right after a scale-up, or without
     a full hold window of memory. The gap between the thresholds is the hysteresis band."""
     if replicas_for(need) > current:
         headroom = config.panic_headroom if in_panic else config.scale_up_headroom
-        grown = max(replicas_for(max(need, latest) * (1 + headroom)),
+        sized = need if measured is None else measured
+        grown = max(replicas_for(max(sized, latest) * (1 + headroom)), step,
                     current + math.ceil(config.scale_up_min_fraction * current))
         return grown, f"scale up: need {need:.2f} > target {current}"
     if in_panic:
@@ -556,20 +562,30 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     if settled and not in_panic:
         breach = slo_breach_need(demand, spec, state, now, config.slo_breach_step_interval_s or horizon, config)
 
-    if breach and profiled:
+    # A breach says the profile is high only where no backlog explains it: TTFT over a window in
+    # which a queue is being worked off is the queue's (a cold start's, a burst's), and a cut
+    # from 1-2 ready replicas (to 0.5-0.67) held a pool a third bigger for hours after it
+    # (bench/fleet: a 70B pool's first cold start of the day).
+    backlog = demand.queue_total > config.panic_queue_per_replica * max(1, demand.ready)
+    if breach and profiled and not backlog:
         scale = cut_capacity_scale(scale, demand.ready, config)
         capacity = profiled * scale
         cuts = (*cuts, now)
 
     panic_units = reactive.panic_units if in_panic else 0.0
+    # The SLO and queue rules ask for one replica more than are ready: a count, which the
+    # headroom must not turn into two (it did, on every breach of a pool with headroom and on
+    # every stalled queue in panic).
+    step = max(breach, reactive.queue_step if in_panic else 0)
     # The hold window remembers demand that may come back, not a backlog that is gone once
     # drained: the drain sizes this step but is not recorded for the scale-down hold. Nor is
     # the forecast: it is made afresh every tick, so a rise it still expects is in this tick's
     # need, and one it no longer expects (the trend of a burst that has ended) is not held.
-    held_need = max(reactive.stable_units, float(breach), panic_units)
+    held_need = max(reactive.stable_units, float(step), panic_units)
     if drain:
         panic_units = max(panic_units, demand.units + drain)
-    need = max(held_need, predicted, panic_units)
+    measured = max(reactive.stable_units, predicted, panic_units)  # demand, which headroom sizes
+    need = max(measured, float(step))
     reasons = []
     edge = obs.edge
     if demand.edge_waiting:
@@ -608,7 +624,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         target, why = 0, floor_reason
     else:
         current = state.target if state.target is not None else sum(1 for r in active if not r.spare)
-        target, why = apply_hysteresis(need, demand.units, current, need_samples, now, state, in_panic, config)
+        target, why = apply_hysteresis(need, demand.units, current, need_samples, now, state, in_panic, config,
+                                       measured=measured, step=step)
         if target < current and reactive.panic > target:
             # Never shrink below what the panic window needs: the replicas the fleet would stop
             # are still wanted. Hold, and shrink in one go once the burst has passed.
@@ -662,7 +679,8 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
         "warm_surplus": spec.warm_surplus,
         "scale_down_hold_s": config.scale_down_hold_s,
         "backlog_drain_units": round(drain, 3),
-        "acted_on": acted_on(demand, reactive, predicted, breach, panic_units, in_panic, need, drain),
+        "acted_on": acted_on(demand, reactive, predicted, breach, max(panic_units, float(reactive.queue_step)),
+                             in_panic, need, drain),
     }
     decision = Decision(target, tuple(reasons), signals)
     return decision, new_state

@@ -23,8 +23,22 @@ def test_a_queue_that_is_not_draining_asks_for_one_more_replica():
     """Three replicas ready on both ticks, and the queue still grew: the rate signal misses
     demand (a throttled GPU, longer outputs than profiled)."""
     need = reactive_need([(0.0, 1.0)], 0.0, queued_demand(3, 400), CONFIG, previous_queue=300, previous_ready=3)
-    assert need.panic_units == 4.0
+    assert need.queue_step == 4 and need.panic == 4
+    assert need.panic_units == 1.0  # the window's demand stays what it measured
     assert need.panic_mode
+
+
+def test_the_queue_rules_one_more_replica_is_one_even_with_headroom():
+    """The rule asks for a count (ready + 1), which the panic headroom used to turn into ready + 2
+    or more on every tick it fired."""
+    spec = make_spec(replica_tokens_per_s=1000.0, max_replicas=40)
+    state = AutoscalerState(target=3, last_queue_total=300, last_ready=3)
+    obs = PoolObservation(now=0.0, replicas=tuple(make_replica(i, running=100, queue=140) for i in range(3)),
+                          token_rate_history=((0.0, 1000.0),), request_rate_history=((0.0, 1.0),),
+                          model_ready_seconds=(1000.0,) * 5)
+    decision, _ = decide(spec, obs, state, replace(CONFIG, panic_headroom=0.5))
+    assert decision.signals["panic_need"] == 4
+    assert decision.target_replicas == 4
 
 
 def test_a_queue_that_grew_while_replicas_came_up_is_not_judged_on_them():
@@ -52,8 +66,8 @@ def test_a_bursts_backlog_is_drained_within_one_cold_start():
     assert backlog.signals["backlog_drain_units"] == pytest.approx(10.0)
     assert plain.signals["backlog_drain_units"] == 0.0
     assert backlog.signals["need_units"] == pytest.approx(14.0)
-    assert backlog.target_replicas == 18  # 14 with the panic headroom of 25 %
-    assert plain.target_replicas == 5
+    assert backlog.target_replicas == 14  # no headroom in panic: the step is sized anew every tick
+    assert plain.target_replicas == 4
     assert "backlog_drain" in backlog.signals["acted_on"]
     assert any("drains them within 60s" in r for r in backlog.reasons)
     # The scale-down hold remembers the demand (4 replicas' worth), not the backlog: once

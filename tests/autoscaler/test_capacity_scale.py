@@ -68,3 +68,23 @@ def test_a_breach_records_its_cut():
     assert decision.target_replicas > 4
     assert state.capacity_scale < 1.0 and state.capacity_cuts == (100.0,)
     assert AutoscalerState.from_json(state.to_json()) == state
+
+
+def test_a_breach_adds_one_replica_not_one_plus_headroom():
+    """The breach's step is a count (ready + 1): the scale-up headroom goes on measured demand, and
+    on this step it used to make two."""
+    spec = make_spec(ttft_slo_s=SLO, replica_tokens_per_s=PROFILE)
+    obs = PoolObservation(now=100.0, replicas=pool_at(4, 0.6, ttft=3.0), token_rate_history=[(100.0, 3000.0)])
+    decision, _ = decide(spec, obs, AutoscalerState(target=4), AutoscalerConfig(scale_up_headroom=0.3))
+    assert decision.target_replicas == 5
+
+
+def test_a_breach_behind_a_backlog_does_not_cut_the_scale():
+    """TTFT over a window in which a queue is worked off (a cold start's, a burst's) is the queue's,
+    not evidence that a replica serves less than its profile: the pool still gets its step."""
+    spec = make_spec(ttft_slo_s=SLO, replica_tokens_per_s=PROFILE)
+    queued = pool_at(2, 0.6, ttft=30.0, queue=200)
+    obs = PoolObservation(now=100.0, replicas=queued, token_rate_history=[(100.0, 1500.0)])
+    decision, state = decide(spec, obs, AutoscalerState(target=2))
+    assert decision.target_replicas == 3
+    assert state.capacity_scale == 1.0 and state.capacity_cuts == ()
