@@ -378,24 +378,17 @@ def apply_hysteresis(need: float, latest: float, current: int, need_samples: Seq
                      config: AutoscalerConfig, *, measured: float | None = None, step: int = 0) -> tuple[int, str]:
     """Next target from the current one and the need (in replicas' worth, fractional).
 
-    Up as soon as the windowed need passes the target. In panic the step is sized by the newest
-    sample when that is higher: a burst is met in one step, not followed tick by tick as the
-    window's mean catches up. Outside panic the window's need sizes it: there the newest sample
-    is mostly noise, and a step sized on it was taken back by a scale-down one cooldown later,
-    which a burst then turned into a flap (bench/autoscale day trace: 5 -> 4 at 08:17 after a
-    3 -> 5 on a need of 3.01, then 4 -> 9 at 08:21). The headroom (``scale_up_headroom``; none
-    by default in panic) goes on the ``measured`` demand (``need`` when not given), not on a
-    rule's ``step`` (a replica count: one more than are ready), which is met exactly.
-
-    Down only when the highest need of the hold window, plus headroom, frees a worthwhile share
-    of the pool; never while panicking, right after a scale-up, or without a full hold window of
-    memory. The gap between the thresholds is the hysteresis band."""
+    Up as soon as the windowed need passes the target, sized by the newest sample when that
+    is higher (a step in load is then met in one step, not followed tick by tick as the
+    window's mean catches up), with headroom: more in panic, where the burst is still being
+    measured. The headroom goes on the ``measured`` demand (``need`` when not given), not on
+    a rule's ``step`` (a replica count: one more than are ready), which is met exactly. Down only when the highest need of the hold window, plus headroom, frees a
+    worthwhile share of the pool; never while panicking, right after a scale-up, or without
+    a full hold window of memory. The gap between the thresholds is the hysteresis band."""
     if replicas_for(need) > current:
         headroom = config.panic_headroom if in_panic else config.scale_up_headroom
         sized = need if measured is None else measured
-        if in_panic:
-            sized = max(sized, latest)
-        grown = max(replicas_for(sized * (1 + headroom)), step,
+        grown = max(replicas_for(max(sized, latest) * (1 + headroom)), step,
                     current + math.ceil(config.scale_up_min_fraction * current))
         return grown, f"scale up: need {need:.2f} > target {current}"
     if in_panic:

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from controlplane.autoscaler import AutoscalerConfig, AutoscalerState, PoolObservation, decide
-from controlplane.autoscaler.policy import Demand, apply_hysteresis, reactive_need
+from controlplane.autoscaler.policy import Demand, reactive_need
 from controlplane.autoscaler.signals import EdgeSignals
 from tests.autoscaler.conftest import Driver, MiniPool, make_replica, make_spec
 
@@ -198,12 +198,3 @@ def test_the_forecast_leaves_out_a_burst_that_is_over():
                                AutoscalerState(burst_since=300.0, burst_base=2.0, burst_ended_at=930.0))
     assert during > 3.0  # the 120-s level window still averages the burst in
     assert after == pytest.approx(2.0)
-
-
-def test_only_a_panic_step_is_sized_by_the_newest_sample():
-    """Outside panic the newest 5-s sample is noise around the window's need: a step sized on it
-    is taken back one cooldown later. In panic it is the burst's level, met in one step."""
-    calm, _ = apply_hysteresis(3.01, 4.5, 3, (), 0.0, AutoscalerState(), False, CONFIG)
-    burst, _ = apply_hysteresis(3.01, 4.5, 3, (), 0.0, AutoscalerState(), True, CONFIG)
-    assert calm == 4  # 3.01 with 10 % headroom
-    assert burst == 5  # 4.5, no headroom in panic
