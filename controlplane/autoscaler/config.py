@@ -46,7 +46,7 @@ class AutoscalerConfig:
     # Headroom over the need when growing, and kept when shrinking: a rising load is met in
     # fewer steps, and the band between the two thresholds stops flapping.
     scale_up_headroom: float = 0.1
-    # None in panic: the panic step is already sized by the newest sample when it is above the
+    # No headroom in panic: the panic step is already sized by the newest sample when it is above the
     # window's mean, plus what drains the burst's backlog within a cold start, and it is sized
     # anew every tick, so a burst still rising gets the next step at once. Headroom on top
     # bought replicas that landed minutes later, after the burst had been measured (bench/fleet,

@@ -380,9 +380,10 @@ def apply_hysteresis(need: float, latest: float, current: int, need_samples: Seq
 
     Up as soon as the windowed need passes the target, sized by the newest sample when that
     is higher (a step in load is then met in one step, not followed tick by tick as the
-    window's mean catches up), with headroom: more in panic, where the burst is still being
-    measured. The headroom goes on the ``measured`` demand (``need`` when not given), not on
-    a rule's ``step`` (a replica count: one more than are ready), which is met exactly. Down only when the highest need of the hold window, plus headroom, frees a
+    window's mean catches up), with headroom (``scale_up_headroom``; ``panic_headroom`` in
+    panic, none by default). The headroom goes on the ``measured`` demand (``need`` when not
+    given), not on a rule's ``step`` (a replica count: one more than are ready), which is met
+    exactly. Down only when the highest need of the hold window, plus headroom, frees a
     worthwhile share of the pool; never while panicking, right after a scale-up, or without
     a full hold window of memory. The gap between the thresholds is the hysteresis band."""
     if replicas_for(need) > current:
