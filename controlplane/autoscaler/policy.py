@@ -252,6 +252,12 @@ def replicas_for(units: float) -> int:
     return max(0, math.ceil(units - EPS))
 
 
+def backlogged(demand: Demand, config: AutoscalerConfig) -> bool:
+    """More requests wait than ``panic_queue_per_replica`` per ready replica: a queue being worked
+    off, which triggers panic and explains a TTFT breach."""
+    return demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * demand.ready
+
+
 def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: Demand,
                   config: AutoscalerConfig, previous_queue: int | None = None,
                   previous_ready: int | None = None) -> ReactiveNeed:
@@ -259,7 +265,7 @@ def reactive_need(samples: Sequence[tuple[float, float]], now: float, demand: De
     panic_units = window_mean(samples, now, config.panic_window_s)
     panic = replicas_for(panic_units)
     ready = max(1, demand.ready)
-    queued_too_long = demand.ready > 0 and demand.queue_total > config.panic_queue_per_replica * ready
+    queued_too_long = backlogged(demand, config)
     queue_step = 0
     if (queued_too_long and previous_queue is not None and demand.queue_total >= previous_queue
             and previous_ready is not None and demand.ready <= previous_ready):
@@ -567,8 +573,7 @@ def decide(spec: PoolSpec, obs: PoolObservation, state: AutoscalerState,
     # which a queue is being worked off is the queue's (a cold start's, a burst's), and a cut
     # from 1-2 ready replicas (to 0.5-0.67) held a pool a third bigger for hours after it
     # (bench/fleet: a 70B pool's first cold start of the day).
-    backlog = demand.queue_total > config.panic_queue_per_replica * max(1, demand.ready)
-    if breach and profiled and not backlog:
+    if breach and profiled and not backlogged(demand, config):
         scale = cut_capacity_scale(scale, demand.ready, config)
         capacity = profiled * scale
         cuts = (*cuts, now)
