@@ -139,6 +139,15 @@ def move_ends(replicas: Sequence[ReplicaRow], by_id: dict[uuid.UUID, ReplicaRow]
     return ends
 
 
+def moves_under_way(replicas: Sequence[ReplicaRow], by_id: dict[uuid.UUID, ReplicaRow],
+                    in_flight: set[uuid.UUID]) -> list[tuple[ReplicaRow, ReplicaRow]]:
+    """(copy, original) of every move under way (``in_flight``: ``move_ends``). Both must be ends:
+    a copy keeps ``replaces_id`` after its move, and when it is moved again it is an end of the new
+    move while the original it once replaced, stopped but maybe still draining, is not."""
+    return [(c, by_id[c.replaces_id]) for c in replicas
+            if c.replaces_id is not None and c.id in in_flight and c.replaces_id in in_flight]
+
+
 def node_slots(node: NodeRow, replicas: Sequence[ReplicaRow], shapes: placement_catalog.Shapes,
                in_flight: set[uuid.UUID] = frozenset(), *, with_spares: bool = False) -> NodeSlots:
     spec = node.launch_spec or {}
@@ -579,12 +588,9 @@ def consolidate(session: Session, changes: RowWrites, fleet: Fleet, offers: Sequ
     in_flight = move_ends(fleet.replicas, by_id)
     moves_in_flight: dict[str, int] = defaultdict(int)
     source_nodes: set[uuid.UUID] = set()
-    for c in fleet.replicas:
-        # (A replica moved before is a copy too: while it is moved again it is an end of that move,
-        # and its own original has long gone from the fleet. Only the new move counts.)
-        if c.replaces_id is not None and c.id in in_flight and (original := by_id.get(c.replaces_id)) is not None:
-            moves_in_flight[str(c.pool_id)] += 1
-            source_nodes.add(original.node_id)
+    for copy, original in moves_under_way(fleet.replicas, by_id, in_flight):
+        moves_in_flight[str(copy.pool_id)] += 1
+        source_nodes.add(original.node_id)
     slots = consolidation_slots(fleet, shapes, in_flight, sized, changes.touched)
     pool_needs = pool_needs or {}
     pools = {str(p.id): pool_needs.get(p.id) or pool_need(p) for p in fleet.pools.values()}
@@ -641,9 +647,7 @@ def swap_spares(fleet: Fleet, changes: RowWrites, slots: dict[uuid.UUID, NodeSlo
         return 0
     by_id = fleet.by_id
     # the sources of the moves under way: a consolidation is emptying them
-    # (a copy keeps ``replaces_id`` after its move: only a pair both in flight is a move under way)
-    leaving = {str(by_id[r.replaces_id].node_id) for r in fleet.replicas
-               if r.replaces_id is not None and r.id in in_flight and r.replaces_id in in_flight}
+    leaving = {str(original.node_id) for _, original in moves_under_way(fleet.replicas, by_id, in_flight)}
     nodes = [n for node_id, n in slots.items() if str(node_id) not in placed_on]
     swaps = spares.plan_swaps(nodes, spares_on, {str(p): need for p, need in pool_needs.items()}, leaving)
     for swap in swaps:
@@ -696,8 +700,7 @@ def fill_spares(session: Session, changes: RowWrites, fleet: Fleet, shapes: plac
     by_node = fleet.on_node()
     by_id = fleet.by_id
     in_flight = move_ends(fleet.replicas, by_id)
-    emptying = {by_id[c.replaces_id].node_id for c in fleet.replicas
-                if c.id in in_flight and c.replaces_id is not None and c.replaces_id in by_id}
+    emptying = {original.node_id for _, original in moves_under_way(fleet.replicas, by_id, in_flight)}
     eligible = {str(p.id): pool_needs[p.id] for p in fleet.pools.values()
                 if p.id in pool_needs and not p.paused and spares.has_spares(True, p.dedicated_tenant_id)}
     serving: dict[str, float] = defaultdict(float)
