@@ -148,18 +148,32 @@ def fit_token_profile(shapes: Sequence[tuple[tuple[float, float], TraceShape]], 
     A replica's seconds per request are fitted (non-negative least squares, no intercept: the
     profile has no per-request term) as b × prompt + c × output tokens; then one prompt token
     is 1/b of a replica-second's work and a generated token weighs c/b of them. None for a
-    fixed mix, where the weight cannot be told from the capacity."""
+    fixed mix, where the weight cannot be told from the capacity.
+
+    Then the fit is scaled down until it promises no grid point more than its calibration: the
+    profile is what the policy sizes the pool by, and capacity inside the SLO is not linear in
+    tokens (prefill's share of TTFT grows with the prompt), so the least-squares line overstated
+    a replica by 12 % at 3× the prompts, business hours' mix, and sized the morning ramps short,
+    where the SLO feedback can only correct it after a breach. Where the line understates instead,
+    the capacity scale grows it back, up to ``AutoscalerConfig.capacity_scale_max``."""
     if len(shapes) < 3:
         return None
     from scipy.optimize import nnls
 
-    rows, costs = [], []
-    for factors, shape in shapes:
-        sample = poisson_trace(shape, 10.0, 5000.0, seed)
-        rows.append([float(np.mean(sample.prompts)), float(np.mean(sample.outputs))])
-        costs.append(1 / calibrated[factors])
+    rows = grid_tokens(shapes, seed)
+    costs = [1 / calibrated[factors] for factors, _ in shapes]
     (b, c), _ = nnls(np.array(rows), np.array(costs))
-    return 1 / b, c / b
+    under = max(cost / (b * prompt + c * output) for (prompt, output), cost in zip(rows, costs, strict=True))
+    return 1 / (b * under), c / b
+
+
+def grid_tokens(shapes: Sequence[tuple[tuple[float, float], TraceShape]], seed: int = 7) -> list[tuple[float, float]]:
+    """Mean (prompt, output) tokens per request of each mix grid point's requests."""
+    out = []
+    for _, shape in shapes:
+        sample = poisson_trace(shape, 10.0, 5000.0, seed)
+        out.append((float(np.mean(sample.prompts)), float(np.mean(sample.outputs))))
+    return out
 
 
 def frontier(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
