@@ -114,7 +114,8 @@ class ModelVariant(UUIDPrimaryKey, Timestamps, Base):
     # placement compares GPU types by (tokens/s per dollar) and the autoscaler sizes replicas with.
     # Profile it where a replica serves the fewest weighted tokens inside the SLO (the longest
     # prompts the variant sees: prefill's share of TTFT grows with them): the autoscaler's SLO
-    # feedback grows a low profile back by up to 10 %, but cuts a high one only after a breach.
+    # feedback grows a low profile back (up to ``AutoscalerConfig.capacity_scale_max``), but cuts
+    # a high one only after a breach.
     profiled_tokens_per_s: Mapped[dict] = mapped_column(JSONType, default=dict)
     # What one generated token costs a replica, in prompt tokens, from the same profile (decode
     # runs a step per token, prefill a whole prompt per step: typically 2-6). None counts them
