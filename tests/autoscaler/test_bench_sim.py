@@ -227,13 +227,14 @@ def test_the_mix_profile_promises_no_point_of_the_mix_more_than_its_calibration(
     sized short. The fitted profile is the line scaled down to touch the calibrations from below."""
     from bench.autoscale.sizing import fit_token_profile, grid_shapes, grid_tokens
     from bench.autoscale.trace import mix_shape
+    from controlplane.autoscaler.signals import weighted_tokens
 
     shapes = grid_shapes(mix_shape(hours=24.0))
     # seconds per request: convex in the prompt factor, linear in the output factor
     calibrated = {(p, o): 1 / (0.1 * p**1.5 + 0.12 * o) for (p, o), _ in shapes}
     tokens_per_s, weight = fit_token_profile(shapes, calibrated)
     assert weight > 1.0  # a generated token costs more than a prompt token
-    ratios = [tokens_per_s / (prompt + weight * output) / calibrated[factors]
+    ratios = [tokens_per_s / weighted_tokens(prompt, output, weight) / calibrated[factors]
               for (factors, _), (prompt, output) in zip(shapes, grid_tokens(shapes), strict=True)]
     assert max(ratios) == pytest.approx(1.0)  # touches the calibration where the line was highest
     assert min(ratios) < 0.9  # and understates elsewhere, which the capacity scale grows back
