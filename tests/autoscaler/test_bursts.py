@@ -86,6 +86,10 @@ def test_the_edges_backlog_is_not_drained_twice():
     assert decision.signals["edge_backlog_units"] > 0
 
 
+def scale_downs(targets: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    return [(t, n) for (t, n), (_, before) in zip(targets[1:], targets, strict=False) if n < before]
+
+
 def run_burst(burst_s: float) -> tuple[MiniPool, list[tuple[float, int]]]:
     """A pool at 2 replicas' worth, a 3× step for ``burst_s``, then back to 2 for 15 minutes.
     Returns the pool and its targets over time."""
@@ -101,18 +105,18 @@ def run_burst(burst_s: float) -> tuple[MiniPool, list[tuple[float, int]]]:
     return pool, targets
 
 
-def test_after_a_burst_the_pool_shrinks_to_what_is_left_in_one_step():
+def test_after_a_burst_the_pool_shrinks_to_what_is_left_without_a_staircase():
     """The burst's peak is not held for another hold window once its panic is over: the pool
-    goes back to the demand after it (2 replicas' worth, 3 with headroom) in one scale-down,
-    not down a staircase of the hold window's sliding peak."""
+    goes back to the demand after it (2 replicas' worth, 3 with headroom) as the stable
+    window's mean comes down (one or two ticks' scale-downs), not down a staircase of the hold
+    window's sliding peak over the next five minutes."""
     _, targets = run_burst(120.0)
     peak = max(n for _, n in targets)
     assert peak >= 7  # the burst was answered
     after = [(t, n) for t, n in targets if t >= 720.0]
-    downs = [(t, n) for (t, n), (_, before) in zip(after[1:], after, strict=False) if n < before]
-    assert len(downs) == 1, downs
-    t_down, n_down = downs[0]
-    assert n_down == 3
+    downs = scale_downs(after)
+    t_down = downs[0][0]
+    assert downs[-1][1] == 3 and downs[-1][0] - t_down <= CONFIG.stable_window_s, downs
     # Right after the scale-up's cooldown; holding the burst's peak a full hold window after the
     # panic ended (60 s past its last signal) would have kept it until later.
     last_up = max(t for (t, n), (_, before) in zip(targets[1:], targets, strict=False) if n > before)
@@ -139,21 +143,22 @@ def test_the_scale_down_hold_does_not_remember_the_forecast():
     assert state.need_samples[-1][1] < decision.signals["need_units"]
 
 
-def test_a_burst_that_outlasts_its_panic_goes_in_one_step_once_it_is_over():
+def test_a_burst_that_outlasts_its_panic_goes_once_it_is_over():
     """Ten minutes of 3× load: the panic ended long before the burst did, so the burst's level
     was held as any load. Once the need is back near where it was, the burst's samples leave the
-    hold and the forecast's history: the pool shrinks to the load after it about one stable
-    window after the burst's end, in one step, instead of holding its level a hold window more
-    (and the forecast's level window longer still)."""
+    hold and the forecast's history: the pool sheds the burst's replicas about one stable window
+    after its end, instead of holding its level a hold window more (and the forecast's level
+    window longer still). The sample that saw the end (the stable window's mean on its way down,
+    2.85 replicas' worth: 4 with the scale-down headroom) is held like any load, so the last
+    replica above the load after it (3) goes a hold window later."""
     burst_s = 600.0
     _, targets = run_burst(burst_s)
     end = 600.0 + burst_s
     assert min(n for t, n in targets if end - 120.0 <= t < end) >= 6  # held while it lasted
     after = [(t, n) for t, n in targets if t >= end - 5.0]
-    downs = [(t, n) for (t, n), (_, before) in zip(after[1:], after, strict=False) if n < before]
-    assert len(downs) == 1, downs
+    downs = scale_downs(after)
     t_down, n_down = downs[0]
-    assert n_down == 3
+    assert n_down <= 4 and downs[-1][1] == 3, downs
     assert t_down - end <= CONFIG.stable_window_s + 4 * CONFIG.decision_interval_s
     assert t_down - end < CONFIG.scale_down_hold_s  # the hold window would have kept it this long
 

@@ -147,14 +147,16 @@ def test_scale_down_lands_above_the_hold_windows_peak_not_inside_its_noise():
     triggered a scale-up minutes later (a flap on a steady trace)."""
     config = AutoscalerConfig()
     driver = Driver(make_spec(replica_tokens_per_s=1000.0, max_replicas=40), config)
-    replicas = tuple(make_replica(i, running=10) for i in range(14))
+    replicas = tuple(make_replica(i, running=10) for i in range(16))
     target = None
     for k in range(int(config.scale_down_hold_s // config.decision_interval_s) + 1):
         t = k * config.decision_interval_s
         rate = 9900.0 if t < config.scale_down_hold_s - 2 * config.stable_window_s else 9000.0
         decision = driver.tick(PoolObservation(now=t, replicas=replicas, token_rate_history=((t, rate),)))
-        if decision.target_replicas < 14:
+        if decision.target_replicas < 16:
             target = decision.target_replicas
             break
-    # 9.9 replicas' worth within the hold window, plus 10 % headroom: 11, not ceil(9.0 × 1.1) = 10.
-    assert target == 11, driver.decisions[-1][1].reasons
+    # 9.9 replicas' worth within the hold window, plus the scale-down headroom: 12, not the last
+    # minute's ceil(9.0 × 1.2) = 11.
+    assert config.scale_down_headroom == 0.2
+    assert target == 12, driver.decisions[-1][1].reasons

@@ -37,15 +37,14 @@ def test_warm_surplus_follows_a_fall_after_one_cold_start_on_a_new_vm_with_no_he
 
 
 def test_warm_surplus_gives_back_what_the_minimum_step_and_headroom_would_hold():
-    # 10 replicas, the hold window's peak is 8 replicas' worth: with its 10 % headroom the default
-    # would keep 9, a step under its 20 % minimum, so it holds all ten; a pool whose surplus stays
-    # warm gives two back.
+    # 10 replicas, the hold window's peak is 8 replicas' worth: with its 20 % headroom the default
+    # keeps all ten; a pool whose surplus stays warm gives two back.
     state = AutoscalerState(target=10, need_samples=tuple((float(t), 8.0) for t in range(-600, 0, 5)),
                             demand_samples=tuple((float(t), 8.0) for t in range(-60, 0, 5)))
     obs = PoolObservation(now=0.0, replicas=pool_at(10, 0.8 * 0.85))
     held, _ = decide(make_spec(max_replicas=40), obs, state)
     shrunk, _ = decide(make_spec(max_replicas=40, warm_surplus=True), obs, state)
-    assert held.target_replicas == 10 and any("minimum scale-down step" in r for r in held.reasons)
+    assert held.target_replicas == 10 and any(r.startswith("hold: peak need") for r in held.reasons)
     assert shrunk.target_replicas == 8
 
 
