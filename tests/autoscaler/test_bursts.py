@@ -86,8 +86,10 @@ def test_the_edges_backlog_is_not_drained_twice():
     assert decision.signals["edge_backlog_units"] > 0
 
 
-def scale_downs(targets: list[tuple[float, int]]) -> list[tuple[float, int]]:
-    return [(t, n) for (t, n), (_, before) in zip(targets[1:], targets, strict=False) if n < before]
+def scale_steps(targets: list[tuple[float, int]], *, up: bool) -> list[tuple[float, int]]:
+    """The (time, new target) of each scale-up (``up``) or scale-down in ``targets``."""
+    return [(t, n) for (t, n), (_, before) in zip(targets[1:], targets, strict=False)
+            if (n > before if up else n < before)]
 
 
 def run_burst(burst_s: float) -> tuple[MiniPool, list[tuple[float, int]]]:
@@ -114,12 +116,12 @@ def test_after_a_burst_the_pool_shrinks_to_what_is_left_without_a_staircase():
     peak = max(n for _, n in targets)
     assert peak >= 7  # the burst was answered
     after = [(t, n) for t, n in targets if t >= 720.0]
-    downs = scale_downs(after)
+    downs = scale_steps(after, up=False)
     t_down = downs[0][0]
     assert downs[-1][1] == 3 and downs[-1][0] - t_down <= CONFIG.stable_window_s, downs
     # Right after the scale-up's cooldown; holding the burst's peak a full hold window after the
     # panic ended (60 s past its last signal) would have kept it until later.
-    last_up = max(t for (t, n), (_, before) in zip(targets[1:], targets, strict=False) if n > before)
+    last_up = scale_steps(targets, up=True)[-1][0]
     assert t_down <= last_up + CONFIG.scale_down_cooldown_s + CONFIG.decision_interval_s
 
 
@@ -156,7 +158,7 @@ def test_a_burst_that_outlasts_its_panic_goes_once_it_is_over():
     end = 600.0 + burst_s
     assert min(n for t, n in targets if end - 120.0 <= t < end) >= 6  # held while it lasted
     after = [(t, n) for t, n in targets if t >= end - 5.0]
-    downs = scale_downs(after)
+    downs = scale_steps(after, up=False)
     t_down, n_down = downs[0]
     assert n_down <= 4 and downs[-1][1] == 3, downs
     assert t_down - end <= CONFIG.stable_window_s + 4 * CONFIG.decision_interval_s
