@@ -33,13 +33,14 @@ from controlplane.autoscaler.baselines import SkyServeConfig, SkyServeState, sky
 from controlplane.autoscaler.config import AutoscalerConfig
 from controlplane.autoscaler.policy import decide
 from controlplane.autoscaler.signals import AutoscalerState, PoolObservation, PoolSpec, ReplicaSignal
-from controlplane.fleet.autoscaling import profiled_throughput, serving_gpu_types
 from controlplane.fleet.capacity import (
     ConsolidationBudget,
     HostedReplica,
     NodeSlots,
     Offer,
     PoolNeed,
+    profiled_throughput,
+    serving_gpu_types,
 )
 from controlplane.fleet.consolidation import plan_consolidation
 from controlplane.fleet.placement import choose_surplus, plan_placement, tokens_per_s
@@ -323,11 +324,12 @@ class PoolRun:
     def pool_id(self) -> str:
         return self.variant.pool_id
 
-    def need(self, missing_on_demand: int = 0) -> PoolNeed:
+    def need(self, missing_on_demand: int = 0, replica_tokens_per_s: float | None = None) -> PoolNeed:
         v = self.variant
         return PoolNeed(pool_id=v.pool_id, gpus_per_replica=v.gpus, gpu_memory_gb=v.gpu_memory_gb,
                         gpu_types=tuple(self.caps), missing_on_demand=missing_on_demand,
-                        tokens_per_s={g: c.tokens_per_s for g, c in self.caps.items()})
+                        tokens_per_s={g: c.tokens_per_s for g, c in self.caps.items()},
+                        replica_tokens_per_s=replica_tokens_per_s)
 
 
 @dataclass
@@ -455,15 +457,21 @@ class Nimbus(Contender):
         for p in self.pools.values():
             p.state = AutoscalerState()
 
-    def spec(self, pool: PoolRun) -> PoolSpec:
-        v = pool.variant
-        live = [r for r in self.fleet.by_pool[pool.pool_id].values() if r.state != "ended" and not r.spare]
+    def live(self, pool: PoolRun) -> list[Replica]:
+        return [r for r in self.fleet.by_pool[pool.pool_id].values() if r.state != "ended" and not r.spare]
+
+    def replica_tokens_per_s(self, pool: PoolRun, live: Sequence[Replica]) -> float | None:
+        """What ``autoscaling.observe`` sizes the pool with: the profile on the GPU types it serves on."""
         types = serving_gpu_types({r.replica_id: r.gpu_type for r in live if r.replaces is None},
                                   [(r.replaces, r.gpu_type) for r in live if r.replaces is not None])
+        return profiled_throughput({g: c.tokens_per_s for g, c in pool.caps.items()}, types)
+
+    def spec(self, pool: PoolRun) -> PoolSpec:
+        v = pool.variant
+        live = self.live(pool)
         return PoolSpec(
             pool_id=v.pool_id, kind=v.kind, min_replicas=v.min_replicas, max_replicas=v.max_replicas,
-            ttft_slo_s=v.slo_s, gpus_per_replica=v.gpus,
-            replica_tokens_per_s=profiled_throughput({g: c.tokens_per_s for g, c in pool.caps.items()}, types),
+            ttft_slo_s=v.slo_s, gpus_per_replica=v.gpus, replica_tokens_per_s=self.replica_tokens_per_s(pool, live),
             warm_surplus=has_spares(self.spares, None) and scale_down_keeps_warm(*self.alone(live)),
         )
 
@@ -532,7 +540,7 @@ class Nimbus(Contender):
                         fleet.totals.spares_promoted += 1
                 missing -= len(promoted)
             if missing > 0:
-                needs.append(pool.need(missing))
+                needs.append(pool.need(missing, self.replica_tokens_per_s(pool, self.live(pool))))
                 scaling_up.add(pool.pool_id)
             elif missing < 0:
                 nodes = [slots[nid] for nid in sorted({r.node.node_id for r in ours})]

@@ -18,9 +18,8 @@ import datetime as dt
 import json
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -38,6 +37,7 @@ from controlplane.autoscaler.signals import (
 )
 from controlplane.config import Settings
 from controlplane.fleet import spares
+from controlplane.fleet.capacity import profiled_throughput, serving_gpu_types
 from controlplane.fleet.edge_signals import read_edge_signals, redis_client
 from controlplane.models import (
     AutoscalerDecision,
@@ -107,25 +107,6 @@ def live_rates(replicas: Sequence[Replica], output_token_weight: float | None = 
         tok += weighted_tokens(float(m.get("prompt_tokens_per_s") or 0.0),
                                float(m.get("generation_tokens_per_s") or 0.0), output_token_weight)
     return req, tok
-
-
-def serving_gpu_types(replicas: Mapping[Any, str | None], copies: Iterable[tuple[Any, str | None]]) -> list[str | None]:
-    """The GPU type each replica (``replicas``: replica → its node's type) will serve on: a replica
-    that consolidation is moving serves on its copy's type (``copies``: (original, type) for the
-    copies still loading). Counted from the move's start, a move onto a slower type lowers the pool's
-    throughput per replica while the copy loads, so the autoscaler's extra replicas start beside
-    it instead of a model-ready time after the original stopped (the dent a replace left)."""
-    moving_to = dict(copies)
-    return [moving_to.get(replica, gpu_type) for replica, gpu_type in replicas.items()]
-
-
-def profiled_throughput(profile: Mapping[str, float], gpu_types: Sequence[str | None]) -> float | None:
-    """One replica's profiled tokens/s on the GPU types the pool runs on now (their mean), or on
-    its slowest profiled type before any replica runs: capacity is never assumed from the best."""
-    known = [float(profile[t]) for t in gpu_types if t in profile]
-    if known:
-        return sum(known) / len(known)
-    return min((float(v) for v in profile.values()), default=None)
 
 
 # ---------------------------------------------------------------- observation (reads)

@@ -12,8 +12,9 @@ pure functions in ``placement`` and ``consolidation``, and writes their answers 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class PoolNeed:
     # Profiled decode throughput of one replica on each GPU type (tokens/s); compares GPU types by
     # tokens/s per dollar (Mélange). Missing types count as the slowest known.
     tokens_per_s: Mapping[str, float] = field(default_factory=dict)
+    # The tokens/s one replica of the missing count stands for: the autoscaler sized the pool's
+    # target in replicas of this throughput (the mean of its GPU types now). Placement compares GPU
+    # types by what carrying ``missing × this`` costs on each. None: the slowest profiled type's.
+    replica_tokens_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -183,3 +188,22 @@ class ConsolidationBudget:
     # (the nimbus-oracle diagnostic) 1.0 costs an 8B pool 7.6 SLO points on seed 1 (0.35: 0.5 on
     # seed 1, 2.7 points of the whole day on seed 2): lower it for pools run without headroom.
     max_slower_dip: float = 1.0
+
+
+def serving_gpu_types(replicas: Mapping[Any, str | None], copies: Iterable[tuple[Any, str | None]]) -> list[str | None]:
+    """The GPU type each replica (``replicas``: replica → its node's type) will serve on: a replica
+    that consolidation is moving serves on its copy's type (``copies``: (original, type) for the
+    copies still loading). Counted from the move's start, a move onto a slower type lowers the pool's
+    throughput per replica while the copy loads, so the autoscaler's extra replicas start beside
+    it instead of a model-ready time after the original stopped (the dent a replace left)."""
+    moving_to = dict(copies)
+    return [moving_to.get(replica, gpu_type) for replica, gpu_type in replicas.items()]
+
+
+def profiled_throughput(profile: Mapping[str, float], gpu_types: Sequence[str | None]) -> float | None:
+    """One replica's profiled tokens/s on the GPU types the pool runs on now (their mean), or on
+    its slowest profiled type before any replica runs: capacity is never assumed from the best."""
+    known = [float(profile[t]) for t in gpu_types if t in profile]
+    if known:
+        return sum(known) / len(known)
+    return min((float(v) for v in profile.values()), default=None)

@@ -39,6 +39,7 @@ from controlplane.fleet.placement import (
     offer_zones,
     pick_gpus,
     placement_rank,
+    plan_placement,
     tokens_per_s,
     zone_counts_of,
 )
@@ -110,16 +111,35 @@ def _try_delete(node: NodeSlots, pools: Mapping[str, PoolNeed], slots: FreeSlots
     return moves
 
 
-def _equivalent_cost(node: NodeSlots, pools: Mapping[str, PoolNeed], offer: Offer) -> float:
-    """$/h of ``offer`` nodes that carry the profiled tokens/s ``node``'s replicas carry: as many
-    replicas on the offer's GPU type as that takes (per replica, the ratio of the two types'
-    throughput, rounded up), their GPUs packed into whole nodes of the offer."""
-    gpus = 0
+def _equivalent_cost(node: NodeSlots, pools: Mapping[str, PoolNeed], offer: Offer,
+                     offers: Sequence[Offer]) -> float:
+    """$/h of the nodes that carry the profiled tokens/s ``node``'s replicas carry on ``offer``'s
+    GPU type: one ``offer`` node holding the moved replicas, plus wherever placement would put
+    the replicas each pool's autoscaler adds to make up for the slower type (per replica, the
+    ratio of the two types' throughput, rounded up, less the moved one). Placement's own choice
+    prices them, so that a replace is never taken for make-up replicas that placement then puts
+    on a new node of the type the replace left (an 8-GPU H100 node replaced by a 4×L40S one, its
+    make-up replicas placed onto a new 8-GPU H100 node, and round again)."""
+    extra: Counter = Counter()
     for r in node.replicas:
         need = pools[r.pool_id]
         ratio = tokens_per_s(need, node.gpu_type) / max(tokens_per_s(need, offer.gpu_type), _TINY)
-        gpus += math.ceil(ratio - 1e-6) * len(r.gpu_ids)
-    return math.ceil(gpus / offer.gpu_count) * offer.price_per_hour
+        extra[r.pool_id] += math.ceil(ratio - 1e-6) - 1
+    if not any(extra.values()):
+        return offer.price_per_hour
+    used = sum(len(r.gpu_ids) for r in node.replicas)
+    new = NodeSlots(node_id="replace", cloud=offer.cloud, region=offer.region, zone=offer.zones[0],
+                    instance_type=offer.instance_type, gpu_type=offer.gpu_type, gpus_total=offer.gpu_count,
+                    spot=offer.spot, dedicated_tenant_id=node.dedicated_tenant_id,
+                    price_per_hour=offer.price_per_hour, gpu_memory_gb=offer.gpu_memory_gb,
+                    replicas=(HostedReplica("moved", "moved", tuple(range(used)), True),))
+    needs = [dataclasses.replace(pools[p], missing_spot=n if node.spot else 0, missing_on_demand=0 if node.spot else n,
+                                 replica_tokens_per_s=tokens_per_s(pools[p], offer.gpu_type))
+             for p, n in sorted(extra.items()) if n > 0]
+    plan = plan_placement(needs, [new], offers)
+    if plan.unplaced:
+        return math.inf
+    return offer.price_per_hour + sum(n.offer.price_per_hour for n in plan.launches)
 
 
 def _try_replace(node: NodeSlots, pools: Mapping[str, PoolNeed], offers: Sequence[Offer],
@@ -181,7 +201,7 @@ def _try_replace(node: NodeSlots, pools: Mapping[str, PoolNeed], offers: Sequenc
             moves.append(Move(r.replica_id, r.pool_id, node.node_id, key, gpus))
         if len(moves) != len(node.replicas):
             continue
-        savings = node.price_per_hour - (_equivalent_cost(node, pools, offer) if slower else offer.price_per_hour)
+        savings = node.price_per_hour - (_equivalent_cost(node, pools, offer, offers) if slower else offer.price_per_hour)
         if savings <= _TINY:
             continue
         # the source's zone first, so the copies stay near their traffic when it can launch there

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -642,16 +643,23 @@ def _new_node_item(need: PoolNeed, spot: bool, n: int, offers: Sequence[Offer],
         by_type: dict[str, dict[int, frozenset[str]]] = defaultdict(dict)
         for o, z in cands.items():
             by_type[offers[o].gpu_type][o] = z
+        # The count was sized in replicas of ``sized`` tokens/s: on each type, price the replicas
+        # that carry that throughput (more on a slower type, fewer on a faster one). Pricing n
+        # replicas of every type instead valued a faster type's surplus as if it were wanted, and
+        # put five 8B replicas sized at an L40S's rate on a new 8-GPU H100 node (3.3x the
+        # throughput asked for), which consolidation then replaced by L40S nodes, and round again.
+        sized = need.replica_tokens_per_s or min(need.tokens_per_s.values())
         value = {}
         for t, sub in by_type.items():
-            key = (need.gpus_per_replica, n, frozenset(sub.items()))
+            k = max(1, math.ceil(n * sized / tokens_per_s(need, t) - 1e-6))
+            key = (need.gpus_per_replica, k, frozenset(sub.items()))
             cost = None if alone_cost is None else alone_cost.get(key)
             if cost is None:
-                cost = sum(offers[b[0]].price_per_hour for b in _pack([_Item(need, spot, n, sub)], offers))
+                cost = sum(offers[b[0]].price_per_hour for b in _pack([_Item(need, spot, k, sub)], offers))
                 if alone_cost is not None:
                     alone_cost[key] = cost
             # tokens/s per dollar of exactly the nodes this pool would need on that type alone
-            value[t] = tokens_per_s(need, t) * n / max(cost, _EPS)
+            value[t] = n * sized / max(cost, _EPS)
         top = max(value.values())
         cands = {o: z for t, sub in by_type.items() if value[t] >= top * (1 - 1e-9) for o, z in sub.items()}
     return _Item(need, spot, n, cands)

@@ -46,6 +46,8 @@ from controlplane.fleet.capacity import (
     NodeSlots,
     Offer,
     PoolNeed,
+    profiled_throughput,
+    serving_gpu_types,
 )
 from controlplane.fleet.consolidation import plan_consolidation
 from controlplane.fleet.leases import claimable
@@ -242,6 +244,7 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
     counted: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)
     counted_spot: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)
     spare_rows: dict[uuid.UUID, list[ReplicaRow]] = defaultdict(list)  # wanted spares, per pool
+    loading_copies: dict[uuid.UUID, list[tuple[uuid.UUID, str | None]]] = defaultdict(list)  # per pool
     changed_on: set[uuid.UUID] = set()  # nodes where a replica became or stopped being a spare this tick
     for r in fleet.replicas:
         # counts_for_pool, with its common case (a wanted replica that is no move's copy) inline
@@ -253,6 +256,9 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
             counted[r.pool_id].append(r)
             if node.spot:
                 counted_spot[r.pool_id].append(r)
+        elif (r.replaces_id is not None and r.desired_state == RUN and r.state in (R.pending, R.starting)
+              and r.node_id in slots):
+            loading_copies[r.pool_id].append((r.replaces_id, slots[r.node_id].gpu_type))
     # Each node's regular replicas that stay: a surplus replica is kept as a spare only where its
     # node stays billed for another one.
     staying: dict[uuid.UUID, set[uuid.UUID]] = defaultdict(set)
@@ -296,8 +302,13 @@ def _tick(session: Session, settings: Settings, now: dt.datetime) -> TickResult:
                 missing_od -= not fleet.nodes[r.node_id].spot
             result.promoted += len(promoted)
         if missing_spot > 0 or missing_od > 0:
+            # sized as the autoscaler sized the target (autoscaling.observe): placement compares
+            # GPU types by what carrying that throughput costs on each
+            serving = serving_gpu_types({r.id: slots[r.node_id].gpu_type for r in ours if r.node_id in slots},
+                                        loading_copies.get(pool.id, ()))
             needs.append(dataclasses.replace(need, missing_spot=max(0, missing_spot),
-                                             missing_on_demand=max(0, missing_od)))
+                                             missing_on_demand=max(0, missing_od),
+                                             replica_tokens_per_s=profiled_throughput(need.tokens_per_s, serving)))
             scaling_up.add(str(pool.id))
         if missing_spot < 0 or missing_od < 0:
             victims = choose_surplus(str(pool.id), max(0, -missing_spot), max(0, -missing_od),

@@ -312,7 +312,7 @@ def test_a_replica_moving_to_a_slower_gpu_type_counts_at_that_types_throughput_f
 
 
 def test_serving_gpu_types_substitutes_only_the_moving_replicas() -> None:
-    from controlplane.fleet.autoscaling import serving_gpu_types
+    from controlplane.fleet.capacity import serving_gpu_types
 
     assert serving_gpu_types({"a": "h100", "b": "h100", "c": None}, [("a", "l40s"), ("z", "l4")]) == ["l40s", "h100", None]
     assert serving_gpu_types({}, [("a", "l40s")]) == []

@@ -162,6 +162,30 @@ def test_replace_onto_a_slower_type_only_when_it_carries_the_throughput_for_less
     assert a.kind == "replace" and a.savings_per_hour == pytest.approx(55.04 - 9.50)
 
 
+def test_a_replace_onto_a_slower_type_counts_its_make_up_replicas_where_placement_puts_them():
+    """An H100 node holds three 8B replicas (3500 tokens/s each; 1000 on an L40S). Replaced by a
+    4-GPU L40S node, the pool's autoscaler adds 9 replicas to carry the same throughput: one in the
+    new node's free slot, eight on two more L40S nodes. The savings count what placement will do
+    with those 9, and placement, asked for them at the L40S rate they were sized at, does exactly
+    that: it launches the two L40S nodes the savings counted, not a new p5 that consolidation would
+    find underused and replace again."""
+    from controlplane.fleet.placement import plan_placement
+    from tests.fleet.test_placement import L40S_4
+
+    big = node("big", underused_since=SETTLED, replicas=tuple(rep(f"r{g}", "p", g) for g in range(3)))
+    tps = {"h100": 3500.0, "l40s": 1000.0}
+    pools = {"p": PoolNeed("p", 1, 16, gpu_types=("h100", "l40s"), tokens_per_s=tps)}
+    [a] = plan_consolidation([big], pools, [H100_8, L40S_4], NOW, BUDGET)
+    assert a.kind == "replace" and a.new_node.offer.instance_type == "g6e.12xlarge"
+    assert a.savings_per_hour == pytest.approx(55.04 - 3 * 15.00)
+    after = node(a.new_node.key, gpus=4, gpu_type="l40s", price=15.00,
+                 replicas=tuple(rep(m.replica_id, "p", *m.gpu_ids) for m in a.moves))
+    make_up = dataclasses.replace(pools["p"], missing_on_demand=9, replica_tokens_per_s=tps["l40s"])
+    plan = plan_placement([make_up], [after], [H100_8, L40S_4])
+    assert [n.offer.instance_type for n in plan.launches] == ["g6e.12xlarge"] * 2
+    assert Counter(p.node_id for p in plan.placed)[after.node_id] == 1
+
+
 def test_delete_is_preferred_to_replace():
     small = node("a-small", underused_since=SETTLED, replicas=(rep("r", "p", 0),))
     host = node("b-host", replicas=tuple(rep(f"x{g}", "x", g) for g in range(4)))

@@ -267,20 +267,42 @@ def test_cheapest_gpu_type_by_price_without_profiles():
 
 
 @pytest.mark.parametrize(
-    ("l4_tps", "h100_tps", "expected"),
+    ("l4_tps", "h100_tps", "sized_at", "expected"),
     [
-        # per dollar: l4 1000/0.80 = 1250 tok/s/$ vs h100 5000/7.20 ≈ 694 → l4
-        (1000.0, 5000.0, "l4"),
-        # flipped: h100 12000/7.20 ≈ 1667 vs l4 1250 → h100, though it costs 9× more per hour
-        (1000.0, 12000.0, "h100"),
+        # per dollar: l4 1000/0.80 = 1250 tok/s/$ vs h100 5000/7.20 ≈ 694 → l4, however the count was sized
+        (1000.0, 5000.0, None, "l4"),
+        (1000.0, 5000.0, 5000.0, "l4"),
+        # flipped: h100 12000/7.20 ≈ 1667 vs l4 1250 → h100, though it costs 9× more per hour, for
+        # two replicas sized at the h100's rate (24,000 tokens/s: 2 × $7.20 against 24 × $0.80)
+        (1000.0, 12000.0, 12000.0, "h100"),
+        # but two sized at the l4's rate ask for 2000 tokens/s: two l4s ($1.60) beat one h100 ($7.20)
+        (1000.0, 12000.0, None, "l4"),
     ],
 )
-def test_gpu_type_by_tokens_per_dollar(l4_tps, h100_tps, expected):
+def test_gpu_type_by_tokens_per_dollar(l4_tps, h100_tps, sized_at, expected):
     need = PoolNeed("p", 1, 24, gpu_types=("l4", "h100"), missing_on_demand=2,
-                    tokens_per_s={"l4": l4_tps, "h100": h100_tps})
+                    tokens_per_s={"l4": l4_tps, "h100": h100_tps}, replica_tokens_per_s=sized_at)
     plan = plan_placement([need], [], [H100_1, offer("g6.xlarge", "l4", 1, 0.80)])
     assert {n.offer.gpu_type for n in plan.launches} == {expected}
     assert len(plan.placed) == 2
+
+
+L40S_4 = offer("g6e.12xlarge", "l40s", 4, 15.00)
+
+
+@pytest.mark.parametrize(("sized_at", "expected"), [(1000.0, "l40s"), (3500.0, "h100"), (None, "l40s")])
+def test_a_gpu_type_is_priced_for_the_throughput_the_count_was_sized_at(sized_at, expected):
+    """Five replicas sized at an L40S's 1000 tokens/s ask for 5000 tokens/s: five L40S replicas on
+    two 4-GPU nodes ($30) carry it, or two H100 replicas on a whole p5 ($55.04): L40S. Pricing five
+    H100 replicas instead (17,500 tokens/s for $55.04) valued a surplus nobody asked for, and put
+    them on a p5 that consolidation then found underused. Sized at an H100's rate, the p5 carries
+    17,500 tokens/s for less than the 18 L40S replicas that takes. Unsized: the slowest type's."""
+    need = PoolNeed("p", 1, 24, gpu_types=("l40s", "h100"), missing_on_demand=5,
+                    tokens_per_s={"l40s": 1000.0, "h100": 3500.0}, replica_tokens_per_s=sized_at)
+    plan = plan_placement([need], [], [H100_8, L40S_4])
+    assert {n.offer.gpu_type for n in plan.launches} == {expected}
+    assert len(plan.placed) == 5  # the count stays the autoscaler's: it re-sizes once they run
+    assert_no_gpu_twice(plan)
 
 
 def test_a_mass_launch_of_many_small_pools_fills_whole_nodes():

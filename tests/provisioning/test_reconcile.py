@@ -11,9 +11,10 @@ import dataclasses
 import datetime as dt
 import random
 
+import pytest
 from sqlalchemy import func, select, update
 
-from bench.controlplane.reconcile import churn, measure_tick, reset, seed
+from bench.controlplane.reconcile import bench_catalog, churn, measure_tick, reset, seed
 from controlplane.db.engine import session_scope
 from controlplane.db.types import utcnow
 from controlplane.fleet import reconcile
@@ -31,6 +32,7 @@ from controlplane.models import (
     ReplicaState,
 )
 from controlplane.services import agents
+from controlplane.services.catalog import import_catalog
 from tests.provisioning.helpers import tick
 
 
@@ -209,3 +211,36 @@ def test_paused_pool_is_neither_grown_nor_shrunk(settings):
     set_desired(settings, shrink, 0, paused=False)
     result = tick(settings)
     assert (result.placed, result.stopped, result.launched) == (2, 2, 0)
+
+
+@pytest.mark.parametrize(("serving_on", "launched"), [("h100", "p5.48xlarge"), ("l40s", "g6e.12xlarge")])
+def test_missing_replicas_go_where_the_throughput_they_were_sized_at_costs_least(settings, serving_on, launched):
+    """The autoscaler sizes a pool in replicas of the profiled tokens/s of the GPU types it serves
+    on; the tick hands placement that rate, and placement prices carrying it on each type. An 8B
+    pool serving on H100 (3500 tokens/s a replica) that wants 5 more: one p5 ($55.04, 17,500
+    tokens/s) beats the 18 L40S replicas (5 × $15) the same throughput takes there. Serving on
+    L40S (1000 tokens/s a replica): 5 L40S replicas on two 4-GPU nodes ($30) beat a p5 (without
+    the rate, placement would size both cases at the slowest type's and take L40S for both)."""
+    gpus = 8 if serving_on == "h100" else 4
+    seeded = seed(settings, 1, gpus, gpus_per_node=gpus, catalog=False)  # one full node of the pool's replicas
+    [pool_id] = seeded.pool_ids
+    l40s = {"name": "g6e.12xlarge", "gpu_type": "l40s", "gpu_count": 4, "gpu_memory_gb": 48,
+            "on_demand_price": 15.0, "spot_price": None}
+    with session_scope(settings) as s:
+        catalog = bench_catalog()
+        catalog["clouds"][0]["regions"][0]["instance_types"].append(l40s)
+        import_catalog(s, catalog)
+        variant = s.get(Pool, pool_id).variant
+        variant.gpu_types = ["h100", "l40s"]
+        variant.profiled_tokens_per_s = {"h100": 3500.0, "l40s": 1000.0}
+        if serving_on == "l40s":
+            for n in s.scalars(select(Node)):
+                n.instance_type = "g6e.12xlarge"
+                n.launch_spec = {**n.launch_spec, "instance_type": "g6e.12xlarge", "gpu_type": "l40s",
+                                 "gpu_memory_gb": 48, "price_per_hour": 15.0}
+    set_desired(settings, pool_id, gpus + 5)
+    result = tick(settings)
+    assert result.placed == 5
+    new = [n for n in all_nodes(settings) if n.state == NodeState.pending]
+    assert {n.launch_spec["instance_type"] for n in new} == {launched}
+    assert len(new) == (1 if launched == "p5.48xlarge" else 2)
