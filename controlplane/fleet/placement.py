@@ -620,10 +620,11 @@ def _new_node_item(need: PoolNeed, spot: bool, n: int, offers: Sequence[Offer],
     """The offers (and zones) new replicas of ``need`` may launch on, or why there are none.
 
     The first placement entry with a launchable fitting offer wins (the operator's order is
-    law); within it, a pool with throughput profiles keeps only the GPU types with the most
-    tokens/s per dollar (Mélange), a pool without compares types by price alone, which the
-    packing does. ``alone_cost`` memoises what n replicas cost packed alone on some offers:
-    many pools of a mass launch ask the same.
+    law); within it, a pool with throughput profiles keeps only the GPU types that carry the
+    throughput asked (n replicas of ``need.replica_tokens_per_s``) for the fewest dollars
+    (Mélange), a pool without compares types by price alone, which the packing does.
+    ``alone_cost`` memoises what k replicas cost packed alone on some offers: many pools of a
+    mass launch ask the same.
     """
     by_rank: dict[int, dict[int, frozenset[str]]] = defaultdict(dict)
     fitting = False
@@ -658,7 +659,7 @@ def _new_node_item(need: PoolNeed, spot: bool, n: int, offers: Sequence[Offer],
                 cost = sum(offers[b[0]].price_per_hour for b in _pack([_Item(need, spot, k, sub)], offers))
                 if alone_cost is not None:
                     alone_cost[key] = cost
-            # tokens/s per dollar of exactly the nodes this pool would need on that type alone
+            # the throughput asked, per dollar of exactly the nodes that carry it on that type alone
             value[t] = n * sized / max(cost, _EPS)
         top = max(value.values())
         cands = {o: z for t, sub in by_type.items() if value[t] >= top * (1 - 1e-9) for o, z in sub.items()}
