@@ -111,12 +111,13 @@ def _try_delete(node: NodeSlots, pools: Mapping[str, PoolNeed], slots: FreeSlots
     return moves
 
 
-def _equivalent_cost(node: NodeSlots, pools: Mapping[str, PoolNeed], offer: Offer,
+def _equivalent_cost(node: NodeSlots, pools: Mapping[str, PoolNeed], offer: Offer, zone: str,
                      offers: Sequence[Offer]) -> float:
     """$/h of the nodes that carry the profiled tokens/s ``node``'s replicas carry on ``offer``'s
-    GPU type: one ``offer`` node holding the moved replicas, plus wherever placement would put
-    the replicas each pool's autoscaler adds to make up for the slower type (per replica, the
-    ratio of the two types' throughput, rounded up, less the moved one). Placement's own choice
+    GPU type: one ``offer`` node in ``zone`` (where the replace launches it) holding the moved
+    replicas, plus wherever placement would put the replicas each pool's autoscaler adds to make
+    up for the slower type (per replica, the ratio of the two types' throughput, rounded up, less
+    the moved one). Placement's own choice
     prices them, so that a replace is never taken for make-up replicas that placement then puts
     on a new node of the type the replace left (an 8-GPU H100 node replaced by a 4×L40S one, its
     make-up replicas placed onto a new 8-GPU H100 node, and round again)."""
@@ -128,7 +129,7 @@ def _equivalent_cost(node: NodeSlots, pools: Mapping[str, PoolNeed], offer: Offe
     if not any(extra.values()):
         return offer.price_per_hour
     used = sum(len(r.gpu_ids) for r in node.replicas)
-    new = NodeSlots(node_id="replace", cloud=offer.cloud, region=offer.region, zone=offer.zones[0],
+    new = NodeSlots(node_id="replace", cloud=offer.cloud, region=offer.region, zone=zone,
                     instance_type=offer.instance_type, gpu_type=offer.gpu_type, gpus_total=offer.gpu_count,
                     spot=offer.spot, dedicated_tenant_id=node.dedicated_tenant_id,
                     price_per_hour=offer.price_per_hour, gpu_memory_gb=offer.gpu_memory_gb,
@@ -201,11 +202,12 @@ def _try_replace(node: NodeSlots, pools: Mapping[str, PoolNeed], offers: Sequenc
             moves.append(Move(r.replica_id, r.pool_id, node.node_id, key, gpus))
         if len(moves) != len(node.replicas):
             continue
-        savings = node.price_per_hour - (_equivalent_cost(node, pools, offer, offers) if slower else offer.price_per_hour)
-        if savings <= _TINY:
-            continue
         # the source's zone first, so the copies stay near their traffic when it can launch there
         order = sorted((z for z in offer.zones if z in zones), key=lambda z: z != node.zone)
+        savings = node.price_per_hour - (_equivalent_cost(node, pools, offer, order[0], offers) if slower
+                                         else offer.price_per_hour)
+        if savings <= _TINY:
+            continue
         new = NewNode(key=key, offer=offer, dedicated_tenant_id=node.dedicated_tenant_id, zones=tuple(order))
         rank_key = (-savings, offer.price_per_hour, i)
         if best is None or rank_key < best[0]:
