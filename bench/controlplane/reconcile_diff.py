@@ -148,6 +148,7 @@ def seed_case(s, rng: random.Random) -> dict:
             "drain_deadline_at": (NOW + dt.timedelta(seconds=rng.choice([-10, 60]))) if state == "draining" or
             rng.random() < 0.1 else None,
             "state_times": {state: (NOW - dt.timedelta(hours=1)).isoformat()},
+            "cached_models": [f"org/model-{k}" for k in range(n % 3)],  # no draw: the seeds' fleets stay as they were
             "metrics": ({"consolidation": {"at": (NOW - dt.timedelta(seconds=rng.choice([50, 200, 5000]))).isoformat(),
                                            "kind": "delete"}} if consolidated else {}),
             "created_at": NOW - dt.timedelta(hours=1, seconds=n), "updated_at": NOW}])

@@ -74,6 +74,9 @@ class PoolNeed:
     # target in replicas of this throughput (the mean of its GPU types now). Placement compares GPU
     # types by what carrying ``missing × this`` costs on each. None: the slowest profiled type's.
     replica_tokens_per_s: float | None = None
+    # The checkpoint its replicas load (the variant's model path): a node whose artifact cache
+    # holds it starts a replica without the download (``NodeSlots.cached_models``).
+    model_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ class NodeSlots:
     ready: bool = True  # agent registered and serving
     underused_since: float | None = None  # epoch s; None while the node is well used
     gpu_memory_gb: float = 0.0
+    # Model paths the node's local artifact cache holds (its agent's heartbeat reports them)
+    cached_models: frozenset[str] = frozenset()
 
     @property
     def used(self) -> frozenset[int]:

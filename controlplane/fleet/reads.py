@@ -65,6 +65,7 @@ class PoolRow:
     gpu_memory_gb: float | None
     gpu_types: list[str] | None
     profiled_tokens_per_s: dict | None
+    model_path: str
 
 
 @dataclass(slots=True, eq=False)
@@ -89,6 +90,7 @@ class NodeRow:
     empty_since: dt.datetime | None
     underused_since: dt.datetime | None
     drain_deadline_at: dt.datetime | None
+    cached_models: frozenset[str] | list[str] | None  # a frozenset as read, a list on a new row
     metrics: dict | None = None
     metrics_loaded: bool = False
     key: str = ""  # str(id), as placement names nodes
@@ -122,21 +124,24 @@ class ReplicaRow:
 P, V, N, RT = Pool.__table__.c, ModelVariant.__table__.c, Node.__table__.c, Replica.__table__.c
 POOL_COLUMNS = (P.id, P.variant_id, P.desired_replicas, P.paused, P.spot_policy, P.spot_base_on_demand, P.placement,
                 P.dedicated_tenant_id, P.capacity_status, P.last_reconciled_at,
-                V.gpu_count, V.gpu_memory_gb, V.gpu_types, V.profiled_tokens_per_s)
+                V.gpu_count, V.gpu_memory_gb, V.gpu_types, V.profiled_tokens_per_s, V.model_path)
 NODE_COLUMNS = (N.id, N.state, N.cloud, N.region, N.zone, N.instance_type, N.spot, N.gpus_total,
                 N.dedicated_tenant_id, N.launch_spec, N.instance_id, N.agent_url, N.empty_since, N.underused_since,
-                N.drain_deadline_at)
+                N.drain_deadline_at, N.cached_models)
 REPLICA_COLUMNS = (RT.id, RT.node_id, RT.pool_id, RT.state, RT.desired_state, RT.gpu_ids, RT.replaces_id,
                    RT.model_ready_seconds, RT.created_at, RT.drain_deadline_at, RT.stop_reason, RT.spare)
 # JSON columns whose values repeat across rows are read as their JSON text and parsed once per
 # distinct text per tick (``_Parsed``), where the driver would decode every row's: a fleet holds few
-# distinct GPU index lists ([0], [2, 3], …), and a variant's needs repeat on each of its pools' rows.
+# distinct GPU index lists ([0], [2, 3], …), a variant's needs repeat on each of its pools' rows, and
+# the nodes that serve the same pools hold the same few sets of cached models.
 # The parsed values are shared between rows, so the tick never mutates them (``gpu_ids`` becomes
 # a tuple).
 _POOL_JSON = (P.placement, V.gpu_types, V.profiled_tokens_per_s)
 _POOL_SELECT = tuple(cast(c, Text) if c in _POOL_JSON else c for c in POOL_COLUMNS)
 _POOL_JSON_AT = tuple(POOL_COLUMNS.index(c) for c in _POOL_JSON)
 _REPLICA_SELECT = tuple(cast(c, Text) if c is RT.gpu_ids else c for c in REPLICA_COLUMNS)
+_NODE_SELECT = tuple(cast(c, Text) if c is N.cached_models else c for c in NODE_COLUMNS)
+_CACHED_MODELS_AT = NODE_COLUMNS.index(N.cached_models)
 _GPU_IDS_AT = REPLICA_COLUMNS.index(RT.gpu_ids)
 
 
@@ -191,8 +196,11 @@ def read_fleet(session: Session) -> Fleet:
         for i in _POOL_JSON_AT:
             values[i] = parsed[values[i]]
         pools[row[0]] = PoolRow(*values)
-    nodes = {row[0]: NodeRow(*row) for row in session.execute(
-        select(*NODE_COLUMNS).where(N.state.in_(FLEET_NODE_STATES))).all()}
+    cached_sets = _Parsed(frozenset)
+    nodes: dict[uuid.UUID, NodeRow] = {}
+    for row in session.execute(select(*_NODE_SELECT).where(N.state.in_(FLEET_NODE_STATES))).all():
+        node = nodes[row[0]] = NodeRow(*row)
+        node.cached_models = cached_sets[row[_CACHED_MODELS_AT]]
     replicas: list[ReplicaRow] = []
     if nodes:
         pool_keys: dict[uuid.UUID, str] = {pool_id: str(pool_id) for pool_id in pools}

@@ -179,6 +179,7 @@ def node_slots(node: NodeRow, replicas: Sequence[ReplicaRow], shapes: placement_
         launched=node.instance_id is not None, ready=node.state == S.ready,
         underused_since=node.underused_since.timestamp() if node.underused_since else None,
         gpu_memory_gb=float(spec.get("gpu_memory_gb") or (shape.gpu_memory_gb if shape else 0.0)),
+        cached_models=frozenset(node.cached_models or ()),
     )
 
 
@@ -188,7 +189,7 @@ def pool_need(pool: PoolRow, missing_spot: int = 0, missing_on_demand: int = 0) 
         gpu_types=tuple(pool.gpu_types or ()), placement=placement_catalog.placement_prefs(pool.placement or []),
         dedicated_tenant_id=str(pool.dedicated_tenant_id) if pool.dedicated_tenant_id else None,
         missing_spot=missing_spot, missing_on_demand=missing_on_demand,
-        tokens_per_s=dict(pool.profiled_tokens_per_s or {}),
+        tokens_per_s=dict(pool.profiled_tokens_per_s or {}), model_path=pool.model_path,
     )
 
 

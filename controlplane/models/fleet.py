@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from sqlalchemy import Boolean, CheckConstraint, Float, ForeignKey, Index, Integer, String, Uuid, false
+from sqlalchemy import Boolean, CheckConstraint, Float, ForeignKey, Index, Integer, String, Uuid, false, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from controlplane.db.base import Base, Timestamps, UUIDPrimaryKey
@@ -110,6 +110,9 @@ class Node(UUIDPrimaryKey, Timestamps, Leased, Base):
     credential_sha256: Mapped[str | None] = mapped_column(String(64), unique=True)
     last_heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     metrics: Mapped[dict] = mapped_column(JSONType, default=dict)
+    # Model paths the node's local artifact cache holds (sorted), as its agent last reported them:
+    # placement prefers such a node for a replica of that model (it skips the download).
+    cached_models: Mapped[list] = mapped_column(JSONType, default=list, server_default=text("'[]'"))
     # {"pending": iso, "provisioning": iso, …}: when the node entered each state.
     state_times: Mapped[dict] = mapped_column(JSONType, default=dict)
     error: Mapped[str | None] = mapped_column(String(2000))

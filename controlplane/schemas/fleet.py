@@ -104,6 +104,7 @@ class NodeOut(msgspec.Struct):
     error: str | None
     created_at: dt.datetime
     launch_spec: dict[str, Any] = {}
+    cached_models: list[str] = []  # model paths its local artifact cache holds (placement prefers it for them)
 
 
 class ReplicaOut(msgspec.Struct):

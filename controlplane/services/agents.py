@@ -67,6 +67,8 @@ _AGENT_STATES = frozenset({NodeState.pending, NodeState.provisioning, NodeState.
 DEFAULT_DRAIN_S = 300.0
 DEFAULT_REGISTER_GRACE_S = 1800.0  # Settings.bootstrap_retry_grace_s
 MAX_METRICS_KEYS = 64
+MAX_CACHED_MODELS = 256  # model paths a node's cache is reported to hold
+MAX_MODEL_PATH_CHARS = 500  # ModelVariant.model_path's column
 
 
 # ------------------------------------------------------------------ contract types
@@ -378,6 +380,17 @@ def _agent_metrics(node_metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def cached_models(node_metrics: dict[str, Any]) -> list[str] | None:
+    """The model paths the agent reports in its local artifact cache (``artifacts``: model path →
+    how it was fetched), sorted; None when the heartbeat does not say (an older agent). At most
+    ``MAX_CACHED_MODELS`` of them, each a variant's model path (``ModelVariant.model_path``)."""
+    artifacts = node_metrics.get("artifacts")
+    if not isinstance(artifacts, dict):
+        return None
+    paths = sorted(p for p in artifacts if isinstance(p, str) and 0 < len(p) <= MAX_MODEL_PATH_CHARS)
+    return paths[:MAX_CACHED_MODELS]
+
+
 def heartbeat(session: Session, node: Node, body: HeartbeatRequest) -> dict:
     """Record a heartbeat; answer with the commands the node must follow."""
     now = utcnow()
@@ -386,6 +399,9 @@ def heartbeat(session: Session, node: Node, body: HeartbeatRequest) -> dict:
         node.agent_url = body.agent_url
     node.metrics = {**(node.metrics or {}), "agent": {**(node.metrics or {}).get("agent", {}),
                                                       **_agent_metrics(body.node_metrics)}}
+    cached = cached_models(body.node_metrics)
+    if cached is not None and cached != list(node.cached_models or ()):
+        node.cached_models = cached
     if body.draining and node.state in (NodeState.booting, NodeState.ready):
         deadline_s = body.drain_deadline_s if body.drain_deadline_s is not None else DEFAULT_DRAIN_S
         node.drain_deadline_at = now + dt.timedelta(seconds=deadline_s)

@@ -28,6 +28,7 @@ def node_out(n: Node) -> NodeOut:
         instance_type=n.instance_type, spot=n.spot, gpus_total=n.gpus_total, instance_id=n.instance_id,
         private_ip=n.private_ip, last_heartbeat_at=n.last_heartbeat_at, state_times=dict(n.state_times or {}),
         metrics=dict(n.metrics or {}), error=n.error, created_at=n.created_at, launch_spec=dict(n.launch_spec or {}),
+        cached_models=list(n.cached_models or ()),
     )
 
 

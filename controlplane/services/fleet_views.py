@@ -400,6 +400,7 @@ class NodePage:
     replicas: tuple[ReplicaRow, ...]  # every replica the node hosts or hosted, newest first
     consolidation: dict | None  # the last consolidation record (kind, reason, savings_per_hour, score, …)
     operations: tuple[OperationOut, ...]
+    cached_models: tuple[str, ...] = ()  # model paths its agent reports on local disk
 
 
 def _parse_time(value: Any) -> dt.datetime | None:
@@ -450,4 +451,5 @@ async def load_node_page(db: AsyncSession, node_id: uuid.UUID, replica_limit: in
         ),
         consolidation=record if isinstance(record, dict) else None,
         operations=tuple(fleet.operation_out(o) for o in ops),
+        cached_models=tuple(node.cached_models or ()),
     )

@@ -75,6 +75,13 @@ EXIT_OK, EXIT_REFUSED, EXIT_FAILED = 0, 3, 4
 DRAIN_POLL_S = 0.2
 
 
+def sim_args(configured: tuple[str, ...], fetched: artifacts.Fetched) -> tuple[str, ...]:
+    """The simulator's own flags for one replica: the node's, and ``--weights-cached`` where the
+    weights were already on the node, so its modelled cold start skips the download as the real
+    engine's does (``dataplane.sim.timing.model_ready_seconds``)."""
+    return tuple(configured) + (("--weights-cached",) if fetched.on_node else ())
+
+
 def detect_gpus() -> list[int]:
     """GPU indices from ``nvidia-smi``; none on a CPU machine."""
     if shutil.which("nvidia-smi") is None:
@@ -205,6 +212,7 @@ class NodeAgent:
     async def run(self) -> int:
         o = self.options
         o.state_dir.mkdir(parents=True, exist_ok=True)
+        self.remember_cached()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
@@ -389,6 +397,12 @@ class NodeAgent:
     def _engine_kind(self) -> str:
         return template.choose_engine(self.options.engine or self.engine, self.gpus)
 
+    def remember_cached(self) -> None:
+        """What the node's local cache already holds (fetched by an earlier agent process on this
+        disk) counts as fetched: the heartbeat reports it, and its replicas start without a download."""
+        for model_path in artifacts.cached(self._cache_dir(self.config.model_cache_dir, "models")):
+            self._artifacts.setdefault(model_path, {"source": "local_cache", "download_s": 0.0})
+
     def _cache_dir(self, wanted: str, fallback: str) -> Path:
         path = Path(wanted)
         try:
@@ -436,7 +450,9 @@ class NodeAgent:
             log.info("artifacts ready", extra={"model_path": entry.model_path, "path": fetched.path,
                                                "source": fetched.source, "download_s": round(fetched.download_s, 3)})
             self._artifacts[entry.model_path] = {"source": fetched.source, "download_s": round(fetched.download_s, 3)}
-        return replace(fetched, download_s=0.0) if already else fetched
+        # A later replica finds the weights where the first fetch put them (for "engine", the
+        # engine's own hub cache on this node, filled by the first replica's load).
+        return replace(fetched, download_s=0.0, on_node=True) if already else fetched
 
     async def _run_replica(self, m: LocalReplica, engine: str) -> None:
         o, e, r = self.options, m.entry, m.replica
@@ -448,7 +464,7 @@ class NodeAgent:
             spec = template.EngineSpec(
                 model_path=fetched.path, served_model_name=e.served_model_name, tp_size=e.tp_size,
                 quantization=e.quantization, context_length=e.context_length, engine_args=e.engine_args,
-                extra_args=tuple(self.config.engine_args) + (o.sim_args if engine == "sim" else ()))
+                extra_args=tuple(self.config.engine_args) + (sim_args(o.sim_args, fetched) if engine == "sim" else ()))
             r.argv = template.engine_command(spec, engine=engine, python=o.python, host=o.host, port=r.port)
             m.supervisor = Supervisor(r, self.http, self._on_replica_change, self._sup_options, fetched.download_s)
             await m.supervisor.run()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import re
 import shutil
 import time
@@ -39,6 +40,7 @@ class Fetched:
     source: str  # "local_dir" | "local_cache" | "shared_cache" | "source" | "engine"
     download_s: float
     bytes: int = 0
+    on_node: bool = False  # the weights were on this node's disk before the fetch: nothing was downloaded
 
 
 def cache_key(model_path: str) -> str:
@@ -66,14 +68,16 @@ def _entry_lock(cache_dir: Path, key: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _publish(cache_dir: Path, key: str, fill: Callable[[Path], None]) -> Path:
-    """Fill a temporary directory, mark it complete and rename it into place."""
+def _publish(cache_dir: Path, key: str, fill: Callable[[Path], None], model_path: str) -> Path:
+    """Fill a temporary directory, mark it complete (with the model path it holds, which
+    :func:`cached` reads back) and rename it into place."""
     final = cache_dir / key
     tmp = cache_dir / f".{key}.{uuid.uuid4().hex[:8]}.tmp"
     tmp.mkdir(parents=True)
     try:
         fill(tmp)
-        (tmp / COMPLETE_MARKER).write_text(time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        (tmp / COMPLETE_MARKER).write_text(json.dumps(
+            {"model_path": model_path, "completed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
         if final.exists():  # an incomplete leftover from a crash
             shutil.rmtree(final)
         tmp.rename(final)
@@ -155,17 +159,33 @@ def source_filler(source: str, model_path: str) -> Callable[[Path], None]:
     raise ValueError(f"unsupported artifact source {source!r}")
 
 
+def cached(local_cache_dir: str | Path) -> list[str]:
+    """The model paths whose complete copy the local cache holds (what the node reports, so
+    placement can start their replicas here without a download). An entry completed by an agent
+    older than the model path in its marker is left out: its model path is unknown."""
+    root = Path(local_cache_dir)
+    out = []
+    for marker in sorted(root.glob(f"*/{COMPLETE_MARKER}")) if root.is_dir() else ():
+        try:
+            model_path = json.loads(marker.read_text()).get("model_path")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(model_path, str) and marker.parent.name == cache_key(model_path):
+            out.append(model_path)
+    return out
+
+
 def fetch(model_path: str, *, local_cache_dir: str | Path, shared_cache_dir: str | Path | None = None,
           source: str | None = None) -> Fetched:
     """Make ``model_path`` available on local disk (see the module docstring for the order)."""
     started = time.monotonic()
     if Path(model_path).is_dir():
-        return Fetched(model_path, "local_dir", 0.0)
+        return Fetched(model_path, "local_dir", 0.0, on_node=True)
     key = cache_key(model_path)
     local_dir = Path(local_cache_dir)
     local = local_dir / key
     if _complete(local):
-        return Fetched(str(local), "local_cache", 0.0)
+        return Fetched(str(local), "local_cache", 0.0, on_node=True)
     shared = Path(shared_cache_dir) / key if shared_cache_dir else None
     if shared is None and not source:
         return Fetched(model_path, "engine", 0.0)
@@ -178,11 +198,11 @@ def fetch(model_path: str, *, local_cache_dir: str | Path, shared_cache_dir: str
                 if not _complete(shared):
                     if not source:
                         return Fetched(model_path, "engine", 0.0)
-                    _publish(shared.parent, key, source_filler(source, model_path))
+                    _publish(shared.parent, key, source_filler(source, model_path), model_path)
                     origin = "source"
-            _publish(local_dir, key, _copy_tree(shared))
+            _publish(local_dir, key, _copy_tree(shared), model_path)
         else:
             assert source is not None
-            _publish(local_dir, key, source_filler(source, model_path))
+            _publish(local_dir, key, source_filler(source, model_path), model_path)
             origin = "source"
     return Fetched(str(local), origin, time.monotonic() - started, _size(local))

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from dataplane.agent import artifacts
-from dataplane.agent.agent import NodeAgent
+from dataplane.agent.agent import NodeAgent, sim_args
 from dataplane.agent.client import ControlPlaneClient
 from dataplane.agent.config import AgentOptions
 from dataplane.agent.process import AgentProcess
@@ -255,8 +255,20 @@ def test_replicas_of_one_model_fetch_its_artifacts_once(tmp_path, monkeypatch):
         assert first.path == second.path and first.source == "source" and first.download_s > 0
         later = await agent._fetch(c)
         assert later.path == first.path and later.download_s == 0.0
+        # the simulator models the download for the first replica only, as the real engine pays it once
+        assert not first.on_node and "--weights-cached" not in sim_args(("--time-scale", "2"), first)
+        assert later.on_node and sim_args(("--time-scale", "2"), later) == ("--time-scale", "2", "--weights-cached")
         assert (await agent._fetch(other)).path != first.path
         assert set(agent.node_metrics()["artifacts"]) == {"org/model-a", "org/model-b"}
 
     asyncio.run(main())
     assert calls == ["org/model-a", "org/model-b"]
+    # an agent started again on the node finds the weights on its disk, and reports them before any
+    # replica of theirs starts
+    assert artifacts.fetch("org/model-a", local_cache_dir=tmp_path / "models", source=f"file://{source}").on_node
+    again = NodeAgent(AgentConfig(control_plane_url="http://127.0.0.1:1", node_id="n", bootstrap_token="t",
+                                  bootstrap_token_expires_at=dt.datetime.now(dt.UTC), variant="v", engine="sim",
+                                  model_cache_dir=str(tmp_path / "models")), AgentOptions(state_dir=tmp_path / "s2"))
+    assert again.node_metrics()["artifacts"] == {}
+    again.remember_cached()
+    assert set(again.node_metrics()["artifacts"]) == {"org/model-a", "org/model-b"}

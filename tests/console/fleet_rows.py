@@ -63,7 +63,7 @@ def seed_fleet_rows(db_url: str, data: dict, replica_url: str) -> dict:
                          underused_since=now - dt.timedelta(minutes=10))
         shared_node = _node(state=NodeState.ready, cloud="aws", region="us-east-1", zone="us-east-1b",
                             instance_type="p5.48xlarge", gpus_total=8, instance_id="i-0shared8gpu",
-                            last_heartbeat_at=now, launch_spec={
+                            last_heartbeat_at=now, cached_models=["org/batch-model", "org/main-model"], launch_spec={
                                 "cloud": "aws", "region": "us-east-1", "instance_type": "p5.48xlarge",
                                 "gpu_type": "h100", "gpu_count": 8, "spot": False, "price_per_hour": 96.0,
                                 "zones": ["us-east-1b", "us-east-1a"]})

@@ -297,6 +297,7 @@ async def test_operator_fleet_and_node_slot_map(stack: Stack, browser: Browser) 
     await expect(page.get_by_role("heading", name=f"Node {ids['shared_node'][:8]}")).to_be_visible()
     await expect(page.locator("#node-facts")).to_contain_text("us-east-1b")
     await expect(page.locator("#node-price")).to_contain_text("$96.00/hour")
+    await expect(page.locator("#node-cached")).to_have_text("org/batch-model, org/main-model")
     slots = page.locator("#slots > li")
     await expect(slots).to_have_count(8)
     cell = {i: page.locator(f'#slots > li[data-gpu="{i}"]') for i in range(8)}

@@ -244,3 +244,33 @@ def test_missing_replicas_go_where_the_throughput_they_were_sized_at_costs_least
     new = [n for n in all_nodes(settings) if n.state == NodeState.pending]
     assert {n.launch_spec["instance_type"] for n in new} == {launched}
     assert len(new) == (1 if launched == "p5.48xlarge" else 2)
+
+
+def test_a_new_replica_goes_to_the_node_whose_agent_reported_its_checkpoint_cached(settings):
+    """The agent's heartbeat reports the model paths its local artifact cache holds; the tick reads
+    them and places a replica of that model there (no download) over an equally good node, which
+    the node-id order would otherwise pick."""
+    seeded = seed(settings, 1, 2, gpus_per_node=1)  # two ready nodes, one replica of the pool each
+    [pool_id] = seeded.pool_ids
+    with session_scope(settings) as s:
+        nodes = sorted(s.scalars(select(Node)), key=lambda n: str(n.id))
+        for n in nodes:  # room for more on both: 3 free GPUs each
+            n.gpus_total = 4
+            n.launch_spec = {**n.launch_spec, "gpu_count": 4}
+        model_path = s.get(Pool, pool_id).variant.model_path
+        holder = nodes[-1]  # the one the node-id tie-break would not take
+        agents.heartbeat(s, holder, agents.HeartbeatRequest(node_metrics={
+            "artifacts": {model_path: {"source": "source", "download_s": 112.0}, "org/other": {}}}))
+        holder_id, other_id = holder.id, nodes[0].id
+    with session_scope(settings) as s:
+        assert s.get(Node, holder_id).cached_models == sorted([model_path, "org/other"])
+        assert s.get(Node, other_id).cached_models == []
+    set_desired(settings, pool_id, 3)
+    assert tick(settings).placed == 1
+    [new] = [r for r in pool_replicas(settings, pool_id) if r.state == ReplicaState.pending and not r.spare]
+    assert new.node_id == holder_id
+    # a heartbeat that does not report the cache (an older agent) leaves the list as it was
+    with session_scope(settings) as s:
+        agents.heartbeat(s, s.get(Node, holder_id), agents.HeartbeatRequest(node_metrics={"in_flight": 0}))
+    with session_scope(settings) as s:
+        assert s.get(Node, holder_id).cached_models == sorted([model_path, "org/other"])

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from dataplane.sim import timing
+from dataplane.sim import config, timing
 
 LLAMA8 = timing.get_model("llama-3.1-8b")
 LLAMA70 = timing.get_model("llama-3.1-70b")
@@ -72,6 +72,17 @@ def test_model_ready_time_from_size_and_bandwidth():
     assert timing.ENGINE_WARMUP_S < small < big
     assert cached < big
     assert timing.model_ready_seconds(LLAMA70, H100, tp=4, download_gbps=1) > big
+
+
+def test_weights_on_the_node_skip_the_modelled_download():
+    """What the agent passes when the node's cache holds the checkpoint: the cold start is the
+    load and warm-up only, shorter by exactly the download at ``--download-gbps``."""
+    argv = ["--model-path", "meta-llama/Llama-3.1-70B-Instruct", "--tp-size", "4", "--download-gbps", "10"]
+    _, cold = config.parse_config(argv, warn=lambda msg: None)
+    _, cached = config.parse_config([*argv, "--weights-cached"], warn=lambda msg: None)
+    model = timing.get_model("llama-3.1-70b")
+    assert cold - cached == pytest.approx(timing.weight_bytes(model) * 8 / 10e9, rel=1e-6)
+    assert cached > 0
 
 
 def test_profiles_inferred_from_model_path():
