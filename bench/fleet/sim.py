@@ -11,8 +11,9 @@ accounted, so the day does not start from an empty fleet) to the end of the day.
 
 A new VM takes ``BOOT_S`` (120 s) to boot; a replica then takes its model-ready time on that GPU
 type (``dataplane.sim.timing.model_ready_seconds``: download, load, warm-up: 26-152 s here). A
-replica placed into free slots of a ready node only loads its model. VMs are billed per second
-from launch to release.
+replica placed into free slots of a ready node only loads its model, and skips the download
+where the node's artifact cache already holds the checkpoint (an earlier replica of the variant
+fetched it there: ``dataplane.agent.artifacts``). VMs are billed per second from launch to release.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
+from bench.autoscale.engine import ReplicaProfile
 from bench.autoscale.simulate import follow_target
 from bench.autoscale.trace import poisson_trace
 from bench.fleet.fluid import PoolQueue
@@ -53,6 +56,7 @@ from controlplane.fleet.spares import (
     promote,
     scale_down_keeps_warm,
 )
+from dataplane.sim import timing
 
 DT = 10.0
 WARMUP_S = 3600.0
@@ -81,6 +85,9 @@ class Node:
     underused_since: float | None = None
     consolidated_at: float | None = None  # when a consolidation began emptying it
     replicas: dict[str, Replica] = field(default_factory=dict)
+    # the agent's node-local artifact cache: checkpoint -> when its download completes there
+    # (dataplane.agent.artifacts; nothing is evicted: the GPU shapes' local disks hold every model here)
+    weights: dict[str, float] = field(default_factory=dict)
 
     def used_gpus(self) -> int:
         return sum(len(r.gpu_ids) for r in self.replicas.values())
@@ -107,6 +114,20 @@ class Replica:
     @property
     def gpu_type(self) -> str:
         return self.node.offer.gpu_type
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A variant's weights as the agent's artifact cache keys and fetches them."""
+
+    key: str
+    download_s: float  # at the calibration's download speed (part of ``Capacity.model_ready_s``)
+
+
+@cache
+def checkpoint_of(v: Variant) -> Checkpoint:
+    size = timing.weight_bytes(timing.get_model(v.model), v.quantization)
+    return Checkpoint(f"{v.model}:{v.quantization or 'bf16'}", size * 8 / (ReplicaProfile.download_gbps * 1e9))
 
 
 @dataclass
@@ -157,6 +178,7 @@ class Fleet:
         self.ready_samples: dict[str, list[float]] = defaultdict(list)
         self.cold_starts: dict[str, list[float]] = defaultdict(list)  # placed -> ready, replicas ready in the day
         self.best_per_qps: dict[str, float] = {}  # pool -> cheapest $/h per req/s of capacity (set by the contender)
+        self.checkpoints: dict[str, Checkpoint] = {}  # pool -> its weights (set by the contender)
         self._ids = 0
 
     def _id(self, prefix: str) -> str:
@@ -175,8 +197,7 @@ class Fleet:
 
     def place(self, pool_id: str, node: Node, gpu_ids: tuple[int, ...], cap: Capacity, t: float, *,
               copies: int = 1, replaces: str | None = None) -> Replica:
-        begin = max(t, node.ready_at)
-        r = Replica(self._id("r"), pool_id, node, tuple(gpu_ids), cap, copies, t, begin + cap.model_ready_s,
+        r = Replica(self._id("r"), pool_id, node, tuple(gpu_ids), cap, copies, t, self.ready_time(pool_id, node, cap, t),
                     replaces=replaces, move_copy=replaces is not None)
         assert not set(r.gpu_ids) & {g for x in node.replicas.values() for g in x.gpu_ids}, "GPU handed out twice"
         assert max(r.gpu_ids) < node.offer.gpu_count
@@ -188,6 +209,19 @@ class Fleet:
         if t >= self.start:
             self.totals.replicas_placed += 1
         return r
+
+    def ready_time(self, pool_id: str, node: Node, cap: Capacity, t: float) -> float:
+        """When a replica placed at ``t`` is ready: after the VM boots, the checkpoint's download
+        (skipped where the node's cache holds it, shared with a download of it in progress, as the
+        agent's fetch is), then loading and warm-up."""
+        begin = max(t, node.ready_at)
+        ckpt = self.checkpoints.get(pool_id)
+        if ckpt is None:
+            return begin + cap.model_ready_s
+        on_disk = node.weights.get(ckpt.key)
+        if on_disk is None:
+            on_disk = node.weights[ckpt.key] = begin + ckpt.download_s
+        return max(begin, on_disk) + cap.model_ready_s - ckpt.download_s
 
     def stop(self, r: Replica, t: float) -> None:
         if r.state == "starting":
@@ -329,7 +363,7 @@ class PoolRun:
         return PoolNeed(pool_id=v.pool_id, gpus_per_replica=v.gpus, gpu_memory_gb=v.gpu_memory_gb,
                         gpu_types=tuple(self.caps), missing_on_demand=missing_on_demand,
                         tokens_per_s={g: c.tokens_per_s for g, c in self.caps.items()},
-                        replica_tokens_per_s=replica_tokens_per_s)
+                        replica_tokens_per_s=replica_tokens_per_s, model_path=checkpoint_of(v).key)
 
 
 @dataclass
@@ -351,6 +385,8 @@ class Contender:
         self.offers = list(offers)
         self.fleet = Fleet(0.0, end)
         self.start, self.end = start, end
+        for p in pools:
+            self.fleet.checkpoints[p.pool_id] = checkpoint_of(p.variant)
         for p in pools:  # the GPU-type premium's reference: the cheapest $/h per req/s of each pool
             per_qps = [o.price_per_gpu_hour * p.variant.gpus / c.qps for g, c in p.caps.items()
                        for o in self.offers if o.gpu_type == g and not o.spot and o.zones
@@ -498,6 +534,7 @@ class Nimbus(Contender):
             gpu_type=o.gpu_type, gpus_total=o.gpu_count, spot=o.spot, dedicated_tenant_id=None,
             price_per_hour=o.price_per_hour, replicas=hosted, launched=True, ready=node.ready_at <= t,
             underused_since=node.underused_since, gpu_memory_gb=o.gpu_memory_gb,
+            cached_models=frozenset(k for k, on_disk in node.weights.items() if on_disk <= t),
         )
 
     def autoscale(self, t: float) -> None:

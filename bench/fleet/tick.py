@@ -43,11 +43,13 @@ def build(n_nodes: int, n_replicas: int, n_pools: int, seed: int):
         types = ("h100",) if gpus > 1 else rng.choice((("h100", "l40s"), ("l4", "a10g", "l40s"), ("h100",)))
         memory = 80.0 if types == ("h100",) else (24.0 if "l4" in types else 40.0)
         pools[f"pool-{k:05d}"] = PoolNeed(f"pool-{k:05d}", gpus, memory, gpu_types=types,
-                                          tokens_per_s={t: rng.uniform(500, 5000) for t in types})
+                                          tokens_per_s={t: rng.uniform(500, 5000) for t in types},
+                                          model_path=f"org/model-{k:05d}")
     by_fit: dict[tuple[str, int], list[str]] = defaultdict(list)
     for pid, need in pools.items():
         for t in need.gpu_types:
             by_fit[(t, need.gpus_per_replica)].append(pid)
+    hosted_before = {t: sorted(by_fit[(t, 1)]) or sorted(pools) for t in ("h100", "l40s", "l4", "a10g")}
     nodes, placed = [], 0
     for i in range(n_nodes):
         o = rng.choice(rng.choices(groups, (0.75, 0.18, 0.07))[0])
@@ -76,7 +78,10 @@ def build(n_nodes: int, n_replicas: int, n_pools: int, seed: int):
             node_id=f"n{i:05d}", cloud=o.cloud, region=o.region, zone=zone, instance_type=o.instance_type,
             gpu_type=o.gpu_type, gpus_total=o.gpu_count, spot=False, dedicated_tenant_id=None,
             price_per_hour=o.price_per_hour, replicas=tuple(reps), launched=True, ready=True,
-            underused_since=NOW - 900 if underused else None, gpu_memory_gb=o.gpu_memory_gb))
+            underused_since=NOW - 900 if underused else None, gpu_memory_gb=o.gpu_memory_gb,
+            # the checkpoints of what it hosts and of a few pools it hosted before
+            cached_models=frozenset([pools[r.pool_id].model_path for r in reps]
+                                    + [pools[p].model_path for p in rng.sample(hosted_before[o.gpu_type], k=3)])))
     return offers, pools, nodes, placed
 
 
@@ -111,7 +116,7 @@ def tick(offers, pools, nodes, rng: random.Random, missing: int, budget: Consoli
     for pid, count in counts.items():
         p = pools[pid]
         needs.append(PoolNeed(p.pool_id, p.gpus_per_replica, p.gpu_memory_gb, gpu_types=p.gpu_types,
-                              missing_on_demand=count, tokens_per_s=p.tokens_per_s))
+                              missing_on_demand=count, tokens_per_s=p.tokens_per_s, model_path=p.model_path))
     t0 = time.perf_counter()
     plan = plan_placement(needs, nodes, offers)
     timings["plan_placement"] = time.perf_counter() - t0
