@@ -397,6 +397,24 @@ class NodeAgent:
     def _engine_kind(self) -> str:
         return template.choose_engine(self.options.engine or self.engine, self.gpus)
 
+    async def _evict_cached(self, fetched: str) -> None:
+        """Keep the local model cache within its share of the disk: the least recently used
+        checkpoints that no replica here runs (nor the one just fetched) go, and are no longer
+        reported, so placement stops counting on them."""
+        local_cache = self._cache_dir(self.config.model_cache_dir, "models")
+        try:
+            limit = int(shutil.disk_usage(local_cache).total * self.options.model_cache_max_fraction)
+            keep = {m.entry.model_path for m in self.local.values()} | {fetched}
+            evicted = await asyncio.to_thread(artifacts.evict, local_cache, max_bytes=limit, keep=keep)
+        except OSError as exc:
+            log.warning("model cache eviction failed", extra={"error": repr(exc)})
+            return
+        for model_path in evicted:
+            log.info("model cache: evicted", extra={"model_path": model_path})
+            self._artifacts.pop(model_path, None)
+            for key in [k for k in self._fetches if k[0] == model_path]:
+                del self._fetches[key]  # a later replica fetches it again
+
     def remember_cached(self) -> None:
         """What the node's local cache already holds (fetched by an earlier agent process on this
         disk) counts as fetched: the heartbeat reports it, and its replicas start without a download."""
@@ -450,6 +468,8 @@ class NodeAgent:
             log.info("artifacts ready", extra={"model_path": entry.model_path, "path": fetched.path,
                                                "source": fetched.source, "download_s": round(fetched.download_s, 3)})
             self._artifacts[entry.model_path] = {"source": fetched.source, "download_s": round(fetched.download_s, 3)}
+            if fetched.download_s > 0:
+                await self._evict_cached(entry.model_path)
         # A later replica finds the weights where the first fetch put them (for "engine", the
         # engine's own hub cache on this node, filled by the first replica's load).
         return replace(fetched, download_s=0.0, on_node=True) if already else fetched

@@ -13,19 +13,23 @@ Lookup order for a model path:
    and the download is timed as part of loading.
 
 A copy becomes visible only when complete (written under a temporary name, then renamed), and
-an ``flock`` per entry makes concurrent agents on one shared cache download once.
+an ``flock`` per entry makes concurrent agents on one shared cache download once. The node-local
+cache is bounded: :func:`evict` deletes the least recently used checkpoints that no replica of
+the node runs once the cache outgrows its share of the disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,20 +163,60 @@ def source_filler(source: str, model_path: str) -> Callable[[Path], None]:
     raise ValueError(f"unsupported artifact source {source!r}")
 
 
+def _used(entry: Path) -> None:
+    """Mark a complete entry used now: eviction takes the least recently used first."""
+    with contextlib.suppress(OSError):
+        os.utime(entry / COMPLETE_MARKER)
+
+
+def _model_path_of(entry: Path) -> str | None:
+    try:
+        model_path = json.loads((entry / COMPLETE_MARKER).read_text()).get("model_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return model_path if isinstance(model_path, str) and entry.name == cache_key(model_path) else None
+
+
+def evict(local_cache_dir: str | Path, *, max_bytes: int, keep: Iterable[str] = ()) -> list[str]:
+    """Delete the least recently used complete entries (fetched or last found longest ago) until
+    the cache holds at most ``max_bytes``, never one of the model paths in ``keep`` (what this
+    node's replicas run: an engine restart reads it again). Returns the model paths deleted (an
+    entry whose marker predates the recorded path by its directory name)."""
+    root = Path(local_cache_dir)
+    if not root.is_dir():
+        return []
+    kept = {cache_key(m) for m in keep}
+    entries = []
+    for marker in root.glob(f"*/{COMPLETE_MARKER}"):
+        with contextlib.suppress(OSError):
+            entries.append((marker.stat().st_mtime, marker.parent, _size(marker.parent)))
+    total = sum(size for _, _, size in entries)
+    evicted = []
+    for _, entry, size in sorted(entries, key=lambda e: (e[0], e[1].name)):
+        if total <= max_bytes:
+            break
+        if entry.name in kept:
+            continue
+        name = _model_path_of(entry) or entry.name
+        with _entry_lock(root, entry.name):  # not while a fetch of this node writes or reads it
+            doomed = root / f".{entry.name}.{uuid.uuid4().hex[:8]}.evicted"
+            try:
+                entry.rename(doomed)  # gone for every reader at once, then deleted
+            except OSError:
+                continue
+        shutil.rmtree(doomed, ignore_errors=True)
+        total -= size
+        evicted.append(name)
+    return evicted
+
+
 def cached(local_cache_dir: str | Path) -> list[str]:
     """The model paths whose complete copy the local cache holds (what the node reports, so
     placement can start their replicas here without a download). An entry completed by an agent
     older than the model path in its marker is left out: its model path is unknown."""
     root = Path(local_cache_dir)
-    out = []
-    for marker in sorted(root.glob(f"*/{COMPLETE_MARKER}")) if root.is_dir() else ():
-        try:
-            model_path = json.loads(marker.read_text()).get("model_path")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(model_path, str) and marker.parent.name == cache_key(model_path):
-            out.append(model_path)
-    return out
+    found = (_model_path_of(m.parent) for m in sorted(root.glob(f"*/{COMPLETE_MARKER}"))) if root.is_dir() else ()
+    return [m for m in found if m is not None]
 
 
 def fetch(model_path: str, *, local_cache_dir: str | Path, shared_cache_dir: str | Path | None = None,
@@ -185,6 +229,7 @@ def fetch(model_path: str, *, local_cache_dir: str | Path, shared_cache_dir: str
     local_dir = Path(local_cache_dir)
     local = local_dir / key
     if _complete(local):
+        _used(local)
         return Fetched(str(local), "local_cache", 0.0, on_node=True)
     shared = Path(shared_cache_dir) / key if shared_cache_dir else None
     if shared is None and not source:

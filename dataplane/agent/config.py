@@ -43,6 +43,9 @@ class AgentOptions:
     probe_timeout_s: float = 25.0
     probe_failures: int = 3
     shared_cache_dir: Path | None = None  # the region's shared artifact cache (EFS/Filestore mount)
+    # The node-local model cache's share of its file system: past it, the least recently used
+    # checkpoints no replica of the node runs are deleted after each new fetch.
+    model_cache_max_fraction: float = 0.8
     sim_args: tuple[str, ...] = ()  # extra flags for the simulator only (e.g. --time-scale 10)
     engine: str | None = None  # overrides the config's engine: sglang | sim | auto
     log_level: str = "info"

@@ -226,6 +226,32 @@ def test_gpus_the_machine_lacks_are_reported_failed_not_started(tmp_path):
         asyncio.run(main(url, cp))
 
 
+def test_a_full_model_cache_drops_what_no_replica_runs_and_stops_reporting_it(tmp_path):
+    """With the cache's share of the disk at (almost) nothing, each new download evicts the other
+    checkpoints that no replica of the node runs: the heartbeat stops reporting them and a later
+    replica fetches them again."""
+    source = tmp_path / "bucket"
+    for name in ("org/model-a", "org/model-b"):
+        (source / name).mkdir(parents=True)
+        (source / name / "config.json").write_text("{}")
+
+    async def main() -> None:
+        config = AgentConfig(control_plane_url="http://127.0.0.1:1", node_id="n", bootstrap_token="t",
+                             bootstrap_token_expires_at=dt.datetime.now(dt.UTC), variant="v", engine="sim",
+                             artifact_source=f"file://{source}", model_cache_dir=str(tmp_path / "models"))
+        agent = NodeAgent(config, AgentOptions(state_dir=tmp_path / "state", model_cache_max_fraction=1e-15))
+        a, b = (ReplicaEntry.from_dict(entry([g], model_path=m)) for g, m in ((0, "org/model-a"), (1, "org/model-b")))
+        assert (await agent._fetch(a)).source == "source"
+        assert set(agent.node_metrics()["artifacts"]) == {"org/model-a"}  # the one just fetched stays
+        await agent._fetch(b)
+        assert set(agent.node_metrics()["artifacts"]) == {"org/model-b"}
+        assert artifacts.cached(tmp_path / "models") == ["org/model-b"]
+        again = await agent._fetch(a)
+        assert again.source == "source" and not again.on_node  # downloaded again, not found
+
+    asyncio.run(main())
+
+
 def test_replicas_of_one_model_fetch_its_artifacts_once(tmp_path, monkeypatch):
     """Two replicas of one model started together share one download from a real ``file://``
     source; a third started later finds it done (no download time of its own); another model

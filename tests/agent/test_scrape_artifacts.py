@@ -75,6 +75,27 @@ def test_fetch_goes_source_then_shared_cache_then_local_cache(tmp_path):
     assert artifacts.fetch(str(source), local_cache_dir=tmp_path / "n3").path == str(source)
 
 
+def test_the_local_cache_evicts_the_least_recently_used_checkpoint_no_replica_runs(tmp_path):
+    """Each entry is 4,113 bytes. A hit makes an entry the most recently used; eviction deletes the
+    oldest first down to the limit, never a model in ``keep``, and what it deleted is no longer
+    listed (nor found: the next fetch downloads it again)."""
+    source, local = tmp_path / "bucket", tmp_path / "node"
+    for name in ("org/a", "org/b", "org/c"):
+        _model_dir(source, name)
+        artifacts.fetch(name, local_cache_dir=local, source=f"file://{source}")
+    for age, name in ((3000, "org/a"), (2000, "org/b"), (1000, "org/c")):  # a oldest, then b, then c
+        os.utime(local / artifacts.cache_key(name) / artifacts.COMPLETE_MARKER, (1e9 - age, 1e9 - age))
+    assert artifacts.fetch("org/a", local_cache_dir=local, source=f"file://{source}").on_node  # a: used now
+    assert artifacts.cached(local) == ["org/a", "org/b", "org/c"]
+    assert artifacts.evict(local, max_bytes=3 * 4113) == []  # within the limit: nothing goes
+    assert artifacts.evict(local, max_bytes=2 * 4113 + 100, keep={"org/c"}) == ["org/b"]
+    assert artifacts.evict(local, max_bytes=0, keep={"org/c"}) == ["org/a"]
+    assert artifacts.cached(local) == ["org/c"]
+    assert [p.name for p in local.iterdir() if not p.name.endswith(".lock")] == [artifacts.cache_key("org/c")]
+    again = artifacts.fetch("org/a", local_cache_dir=local, source=f"file://{source}")
+    assert again.source == "source" and not again.on_node
+
+
 def test_concurrent_fetches_download_once_and_failures_leave_no_partial_copy(tmp_path, monkeypatch):
     source = tmp_path / "bucket"
     _model_dir(source, "m")
