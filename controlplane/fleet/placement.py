@@ -345,8 +345,11 @@ class FreeSlots:
         """The best-fitting node whose cache holds ``need``'s checkpoint among those as good as
         ``best`` on placement rank and zone spread, if any. Why before best fit: the download it
         saves is minutes of every GPU the replica holds (a 70B checkpoint is 140 GB, 112 s at
-        10 Gb/s), while packing is consolidation's to restore."""
+        10 Gb/s), while packing is consolidation's to restore. But not an empty node while
+        ``best`` holds replicas: that would keep a whole VM billed (its empty-node TTL starts
+        over) to save one download."""
         rank_, zc_ = best[0], best[1]
+        best_empty = best[2] == self.nodes[best[3]].gpus_total
         found: tuple | None = None
         for rank, g in self._candidates(need, spot):
             if rank > rank_:
@@ -354,7 +357,7 @@ class FreeSlots:
             buckets = self._holding_buckets.get((need.model_path or "", g))
             if buckets is None or (zone_counts is not None and zone_counts.get(g.zone, 0) != zc_):
                 continue
-            for f in range(k, g.total + 1):
+            for f in range(k, g.total + (1 if best_empty else 0)):
                 if buckets[f]:
                     if found is None or (f, buckets[f][0]) < found:
                         found = (f, buckets[f][0])

@@ -116,10 +116,11 @@ def test_a_replica_goes_where_its_checkpoint_is_cached_before_best_fit():
     """A node whose artifact cache holds the pool's checkpoint starts the replica without the
     download: it wins over a tighter fit, but not over the placement order, and only with room."""
     tight = node("a-tight", replicas=tuple(rep(f"r{g}", "x", g) for g in range(6)))
-    holder = node("b-holder", cached_models=frozenset({"org/llama-70b", "org/other"}))
+    holder = node("b-holder", replicas=(rep("h0", "x", 0), rep("h1", "x", 1)),
+                  cached_models=frozenset({"org/llama-70b", "org/other"}))
     need = PoolNeed("p", 2, 80, missing_on_demand=1, model_path="org/llama-70b")
     plan = plan_placement([need], [tight, holder], [])
-    assert [(p.node_id, p.gpu_ids) for p in plan.placed] == [("b-holder", (0, 1))]
+    assert [(p.node_id, p.gpu_ids) for p in plan.placed] == [("b-holder", (2, 3))]
     # another checkpoint, or none: best fit as before
     for other in ("org/llama-8b", None):
         plan = plan_placement([dataclasses.replace(need, model_path=other)], [tight, holder], [])
@@ -128,13 +129,20 @@ def test_a_replica_goes_where_its_checkpoint_is_cached_before_best_fit():
     full = node("b-holder", replicas=tuple(rep(f"h{g}", "x", g) for g in range(7)),
                 cached_models=holder.cached_models)
     assert [p.node_id for p in plan_placement([need], [tight, full], []).placed] == ["a-tight"]
-    # two replicas: the holder takes what it has room for first
-    plan = plan_placement([dataclasses.replace(need, missing_on_demand=5)], [tight, holder], [])
-    assert Counter(p.node_id for p in plan.placed) == {"b-holder": 4, "a-tight": 1}
+    # several replicas: the holder takes what it has room for first
+    plan = plan_placement([dataclasses.replace(need, missing_on_demand=4)], [tight, holder], [])
+    assert Counter(p.node_id for p in plan.placed) == {"b-holder": 3, "a-tight": 1}
     # the operator's placement order comes before the cache
-    west_holder = node("b-holder", region="us-west-2", zone="us-west-2a", cached_models=holder.cached_models)
+    west_holder = node("b-holder", region="us-west-2", zone="us-west-2a", replicas=holder.replicas,
+                       cached_models=holder.cached_models)
     ordered = dataclasses.replace(need, placement=(EAST, WEST))
     assert [p.node_id for p in plan_placement([ordered], [tight, west_holder], []).placed] == ["a-tight"]
+    # an empty node (waiting out its TTL) is not kept billed to save a download while another fits…
+    empty_holder = node("b-holder", cached_models=holder.cached_models)
+    assert [p.node_id for p in plan_placement([need], [tight, empty_holder], []).placed] == ["a-tight"]
+    # …but among empty nodes the one holding the checkpoint wins
+    other_empty = node("a-empty")
+    assert [p.node_id for p in plan_placement([need], [other_empty, empty_holder], []).placed] == ["b-holder"]
 
 
 def test_pending_nodes_slots_can_be_promised():
