@@ -385,9 +385,8 @@ class Contender:
         self.offers = list(offers)
         self.fleet = Fleet(0.0, end)
         self.start, self.end = start, end
-        for p in pools:
+        for p in pools:  # its checkpoint; the GPU-type premium's reference: the cheapest $/h per req/s
             self.fleet.checkpoints[p.pool_id] = checkpoint_of(p.variant)
-        for p in pools:  # the GPU-type premium's reference: the cheapest $/h per req/s of each pool
             per_qps = [o.price_per_gpu_hour * p.variant.gpus / c.qps for g, c in p.caps.items()
                        for o in self.offers if o.gpu_type == g and not o.spot and o.zones
                        and o.gpu_count >= p.variant.gpus]

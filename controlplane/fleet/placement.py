@@ -354,7 +354,7 @@ class FreeSlots:
         for rank, g in self._candidates(need, spot):
             if rank > rank_:
                 break
-            buckets = self._holding_buckets.get((need.model_path or "", g))
+            buckets = self._holding_buckets.get((need.model_path, g))
             if buckets is None or (zone_counts is not None and zone_counts.get(g.zone, 0) != zc_):
                 continue
             for f in range(k, g.total + (1 if best_empty else 0)):

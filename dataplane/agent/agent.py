@@ -401,7 +401,7 @@ class NodeAgent:
         """Keep the local model cache within its share of the disk: the least recently used
         checkpoints that no replica here runs (nor the one just fetched) go, and are no longer
         reported, so placement stops counting on them."""
-        local_cache = self._cache_dir(self.config.model_cache_dir, "models")
+        local_cache = self._model_cache()
         try:
             limit = int(shutil.disk_usage(local_cache).total * self.options.model_cache_max_fraction)
             keep = {m.entry.model_path for m in self.local.values()} | {fetched}
@@ -418,16 +418,17 @@ class NodeAgent:
     def remember_cached(self) -> None:
         """What the node's local cache already holds (fetched by an earlier agent process on this
         disk) counts as fetched: the heartbeat reports it, and its replicas start without a download."""
-        for model_path in artifacts.cached(self._cache_dir(self.config.model_cache_dir, "models")):
+        for model_path in artifacts.cached(self._model_cache()):
             self._artifacts.setdefault(model_path, {"source": "local_cache", "download_s": 0.0})
 
-    def _cache_dir(self, wanted: str, fallback: str) -> Path:
-        path = Path(wanted)
+    def _model_cache(self) -> Path:
+        """The node-local model cache: the config's directory, or one in the state dir."""
+        path = Path(self.config.model_cache_dir)
         try:
             path.mkdir(parents=True, exist_ok=True)
             return path
         except OSError:  # e.g. a local "node" cannot write /var/lib: keep the cache in the state dir
-            return self.options.state_dir / fallback
+            return self.options.state_dir / "models"
 
     def _start_one(self, entry: ReplicaEntry) -> None:
         o = self.options
@@ -451,7 +452,7 @@ class NodeAgent:
             task = None  # a failed fetch is tried again by the next replica
         already, created = task is not None and task.done(), task is None
         if created:
-            local_cache = self._cache_dir(self.config.model_cache_dir, "models")
+            local_cache = self._model_cache()
             task = asyncio.create_task(asyncio.to_thread(
                 artifacts.fetch, entry.model_path, local_cache_dir=local_cache,
                 shared_cache_dir=self.options.shared_cache_dir, source=source))
