@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -450,7 +450,9 @@ class Contender:
     def decide(self, t: float) -> None:
         raise NotImplementedError
 
-    def run(self) -> Outcome:
+    def run(self, on_step: Callable[[float, int], None] | None = None) -> Outcome:
+        """The day, step by step; ``on_step(t, k)`` sees the fleet after each step is served
+        (``bench.fleet.diagnose`` traces it)."""
         steps = round((self.end - self.start) / DT)
         for k in range(steps):
             t = self.start + k * DT
@@ -458,6 +460,8 @@ class Contender:
             self.decide(t)
             self.fleet.sample(t, DT)
             self.serve(t, k)
+            if on_step is not None:
+                on_step(t, k)
         for pool in self.pools.values():
             pool.queue.close()
         self.fleet.close()
