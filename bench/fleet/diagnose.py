@@ -1,9 +1,9 @@
 """Where one Nimbus day's misses and GPU-hours go: the numbers behind the README's diagnoses.
 
-    .venv/bin/python -m bench.fleet.diagnose --catalog sample --seed 1      # about 2 minutes on 2 cores
+    .venv/bin/python -m bench.fleet.diagnose --catalog sample --seed 1      # about a minute, once calibrated
 
 Runs the ``nimbus`` contender of ``bench.fleet`` (the same setup, arrivals and capacities) with a
-trace of every step, then prints two tables:
+trace of every step, then prints three tables:
 
 * **Bursts.** For every burst of a warm pool: its arrival rate, the ready capacity before it and
   at its peak, the highest backlog, how long after its onset the backlog was gone, and the share
@@ -11,8 +11,9 @@ trace of every step, then prints two tables:
 * **GPU-hours by GPU type.** What the nodes of each type bill, split into the GPUs held by regular
   replicas (ready), spares, replicas loading or draining, and idle GPUs; the *rounding floor*
   (per instance type, minute by minute, the GPUs that whole nodes for the regular and loading
-  replicas leave over); and the regular replicas' GPU-hours by pool next to the clairvoyant
-  bound's (``clairvoyant.lower_bound``, f = 1).
+  replicas leave over).
+* **Regular replicas' GPU-hours by pool and GPU type** next to the clairvoyant bound's
+  (``clairvoyant.lower_bound``, f = 1), the long-tail pools summed.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class Tracer:
 
     def _sample(self) -> None:
         h = SAMPLE_S / 3600
-        running: Counter = Counter()  # instance type -> GPUs of regular and loading replicas
+        running: Counter = Counter()  # (instance type, GPU type, GPUs per node) -> GPUs of regular and loading replicas
         for node in self.c.fleet.nodes.values():
             o = node.offer
             self.gpu.billed[o.gpu_type] += o.gpu_count * h
@@ -133,7 +134,7 @@ class Tracer:
         return sorted(rows, key=lambda r: (r.pool_id, r.start))
 
 
-def render(bursts: list[BurstRow], gpu: GpuHours, bound_by_pool_type: dict[str, float]) -> str:
+def render(bursts: list[BurstRow], gpu: GpuHours, bound_by_pool_type: dict[str, float], tail_pools: set[str]) -> str:
     lines = ["Bursts of the warm pools (capacity in req/s at the SLO, as the queueing model serves it):", "",
              "| pool | onset | length s | arrivals req/s | capacity before | peak capacity | peak backlog "
              "| backlog gone after s | requests | inside the SLO |",
@@ -155,17 +156,20 @@ def render(bursts: list[BurstRow], gpu: GpuHours, bound_by_pool_type: dict[str, 
                      f"| {gpu.held[(t, 'loading')]:.0f} | {gpu.idle(t):.0f} | {gpu.floor[t]:.0f} |")
     lines += ["", "Regular replicas' GPU-hours by pool and GPU type, against the clairvoyant bound's (f = 1):", "",
               "| pool@type | nimbus | bound |", "|---|---|---|"]
+    def tail(key: str) -> bool:
+        return key.split("@")[0] in tail_pools
+
     for key in sorted(set(gpu.regular_by_pool) | set(bound_by_pool_type)):
-        if key.startswith("tail-"):
-            continue
-        lines.append(f"| {key} | {gpu.regular_by_pool.get(key, 0.0):.0f} | {bound_by_pool_type.get(key, 0.0):.0f} |")
-    tails = (sum(v for k, v in gpu.regular_by_pool.items() if k.startswith("tail-")),
-             sum(v for k, v in bound_by_pool_type.items() if k.startswith("tail-")))
-    lines.append(f"| the 12 tail pools | {tails[0]:.0f} | {tails[1]:.0f} |")
+        if not tail(key):
+            lines.append(f"| {key} | {gpu.regular_by_pool.get(key, 0.0):.0f} | {bound_by_pool_type.get(key, 0.0):.0f} |")
+    tails = (sum(v for k, v in gpu.regular_by_pool.items() if tail(k)),
+             sum(v for k, v in bound_by_pool_type.items() if tail(k)))
+    lines.append(f"| the {len(tail_pools)} long-tail pools | {tails[0]:.0f} | {tails[1]:.0f} |")
     return "\n".join(lines)
 
 
-def diagnose(catalog: str, seed: int, hours: float, load_scale: float = 1.0) -> tuple[list[BurstRow], GpuHours, dict]:
+def diagnose(catalog: str, seed: int, hours: float, load_scale: float = 1.0
+             ) -> tuple[list[BurstRow], GpuHours, dict[str, float], set[str]]:
     offers, variants, caps, arrivals, end, _ = run._setup(catalog, seed, hours, load_scale)
     loads = {v.pool_id: make_load(v, seed, hours) for v in variants}
     pools = {v.pool_id: sim.PoolRun(v, caps[v.pool_id], arrivals[v.pool_id],
@@ -177,7 +181,7 @@ def diagnose(catalog: str, seed: int, hours: float, load_scale: float = 1.0) -> 
     contender.run(on_step=tracer)
     bound = clairvoyant.lower_bound(arrivals, sim.DT, round(sim.WARMUP_S / sim.DT), {v.pool_id: v for v in variants},
                                     caps, offers)
-    return tracer.bursts(loads), tracer.gpu, dict(bound.gpu_h_by_pool_type)
+    return tracer.bursts(loads), tracer.gpu, dict(bound.gpu_h_by_pool_type), {v.pool_id for v in variants if v.tail}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,8 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hours", type=float, default=24.0)
     p.add_argument("--load-scale", type=float, default=1.0)
     args = p.parse_args(argv)
-    bursts, gpu, bound = diagnose(args.catalog, args.seed, args.hours, args.load_scale)
-    print(render(bursts, gpu, bound))
+    print(render(*diagnose(args.catalog, args.seed, args.hours, args.load_scale)))
     return 0
 
 
