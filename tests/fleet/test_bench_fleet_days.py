@@ -1,0 +1,56 @@
+"""bench.fleet.days: how a day is named and how Nimbus's day is priced against the bound's curve.
+
+The simulation itself is bench.fleet's (tested elsewhere); these are the pieces that turn its runs
+into the ratio the issue's target is judged on, on cases worked out by hand."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from bench.fleet.days import Day, bound_at, render, summarize
+
+# The bound's curve: $ and attainment at each demand factor.
+CURVE = [{"demand_factor": 1.0, "cost": 1000.0, "slo_attainment": 0.93},
+         {"demand_factor": 1.02, "cost": 1020.0, "slo_attainment": 0.96},
+         {"demand_factor": 1.05, "cost": 1050.0, "slo_attainment": 0.975}]
+
+
+def test_a_day_is_catalog_seed_and_an_optional_load_scale():
+    assert Day.parse("sample:3") == Day("sample", 3, 1.0)
+    assert Day.parse("fine:2:0.5") == Day("fine", 2, 0.5)
+    assert Day.parse("fine:2:0.5").name == "fine:2:0.5" and Day.parse("sample:3").name == "sample:3"
+    for bad in ("sample", "cheap:1", "sample:x", "sample:1:half", "sample:1:0.5:2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            Day.parse(bad)
+
+
+def test_the_bound_is_read_off_its_curve_at_nimbuss_attainment():
+    # between f = 1 and 1.02: a third of the way up the attainment, a third of the $
+    cost, basis = bound_at(CURVE, 0.94)
+    assert cost == pytest.approx(1000.0 + 20.0 / 3)
+    assert basis == "f = 1.007"
+    # below the bound's attainment at f = 1: f = 1's cost, never a cheaper (flattering) one
+    assert bound_at(CURVE, 0.90) == (1000.0, "f = 1")
+    # above the highest factor there is nothing to read
+    assert bound_at(CURVE, 0.99) is None
+
+
+def test_the_summed_row_divides_summed_costs_and_names_the_worst_day():
+    def runs(cost: float, attainment: float) -> dict:
+        nimbus = {"cost": cost, "slo_attainment": attainment, "fragmentation": 0.02,
+                  "slo_by_phase": {"burst": {"attainment": 0.4}}}
+        return {"nimbus": nimbus, **{f"clairvoyant-x{b['demand_factor']:g}": b for b in CURVE}}
+
+    rows = [summarize(Day("sample", 1), runs(1230.0, 0.90)),  # against f = 1: 1.23
+            summarize(Day("fine", 1), runs(1190.0, 0.96)),  # against f = 1.02: 1190 / 1020
+            summarize(Day("fine", 2), runs(1300.0, 0.99))]  # off the curve: not priced
+    assert rows[0]["ratio"] == pytest.approx(1.23)
+    assert rows[1]["ratio"] == pytest.approx(1190.0 / 1020.0)
+    assert rows[2]["ratio"] is None
+    text = render(rows)
+    assert f"summed over 2 days: {(1230.0 + 1190.0) / 2020.0:.4f}x" in text
+    assert "worst day sample:1 1.230x" in text
+    assert "days at or under 1.2x: 1 of 2" in text
+    assert "— (above the bound's curve)" in text
