@@ -1,7 +1,7 @@
 """Nimbus against the clairvoyant bound over several fleet days: issue 15's 1.2x target judged
 across seeds, catalogs and load levels, not on one day.
 
-    .venv/bin/python -m bench.fleet.days                           # the nine days below, ~12 min on 2 cores
+    .venv/bin/python -m bench.fleet.days                           # the nine days below, ~7 min on 2 cores
     .venv/bin/python -m bench.fleet.days --day sample:3 --day fine:1:0.5 --json /tmp/days.json
 
 A day is ``catalog:seed[:load scale]`` (the load scale multiplies the main pools' request rates,
