@@ -49,6 +49,7 @@ class Bound:
     gpu_h_by_pool_type: dict[str, float] = field(default_factory=dict)  # "<pool>@<GPU type>" -> GPU-hours held
     # (first step, end step, replicas per (pool, GPU type)) per interval: what ``attainment`` replays
     plan: list[tuple[int, int, dict]] = field(default_factory=list)
+    interval_cost: list[float] = field(default_factory=list)  # $ of each interval, in plan's order
 
 
 def _solve(demand: Mapping[str, float], variants: Mapping[str, Variant], caps: Mapping[str, Mapping[str, Capacity]],
@@ -129,6 +130,7 @@ def lower_bound(arrivals: Mapping[str, np.ndarray], dt: float, first_step: int, 
         c, billed, allocated, replicas = memo[key_t]
         bound.plan.append((a, b, replicas))
         h = hours * span / INTERVAL_S
+        bound.interval_cost.append(c * h)
         for (p, t), k in replicas.items():
             key_pt = f"{p}@{t}"
             bound.gpu_h_by_pool_type[key_pt] = bound.gpu_h_by_pool_type.get(key_pt, 0.0) + k * variants[p].gpus * h

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.fleet.diagnose --catalog sample --seed 1      # about a minute, once calibrated
 
 Runs the ``nimbus`` contender of ``bench.fleet`` (the same setup, arrivals and capacities) with a
-trace of every step, then prints three tables:
+trace of every step, then prints four tables:
 
 * **Bursts.** For every burst of a warm pool: its arrival rate, the ready capacity before it and
   at its peak, the highest backlog, how long after its onset the backlog was gone, and the share
@@ -14,6 +14,9 @@ trace of every step, then prints three tables:
   replicas leave over).
 * **Regular replicas' GPU-hours by pool and GPU type** next to the clairvoyant bound's
   (``clairvoyant.lower_bound``, f = 1), the long-tail pools summed.
+* **$ by the load's phase**, minute by minute against the bound's plan for the same minute: a
+  minute is *burst* where any warm pool is inside a burst, else *after-burst* in the 10 minutes
+  after one, else *steady* (``cost_by_phase``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bench.fleet import clairvoyant, run, sim
@@ -81,6 +84,7 @@ class Tracer:
         self.pools = pools
         self.steps: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)  # t, rps, cap, backlog
         self.gpu = GpuHours()
+        self.minute_cost: dict[int, float] = {}  # minute of the day -> $ the fleet's nodes billed in it
 
     def __call__(self, t: float, k: int) -> None:
         for pid, pool in self.pools.items():
@@ -90,10 +94,11 @@ class Tracer:
             self.steps[pid].append((t, pool.arrivals[k] / sim.DT, sum(r.copies * r.cap.qps for r in ready),
                                     pool.queue.backlog))
         if t >= 0 and t % SAMPLE_S < sim.DT:
-            self._sample()
+            self._sample(t)
 
-    def _sample(self) -> None:
+    def _sample(self, t: float = 0.0) -> None:
         h = SAMPLE_S / 3600
+        self.minute_cost[int(t // SAMPLE_S)] = sum(n.offer.price_per_hour for n in self.c.fleet.nodes.values()) * h
         running: Counter = Counter()  # (instance type, GPU type, GPUs per node) -> GPUs of regular and loading replicas
         for node in self.c.fleet.nodes.values():
             o = node.offer
@@ -134,7 +139,23 @@ class Tracer:
         return sorted(rows, key=lambda r: (r.pool_id, r.start))
 
 
-def render(bursts: list[BurstRow], gpu: GpuHours, bound_by_pool_type: dict[str, float], tail_pools: set[str]) -> str:
+def cost_by_phase(minute_cost: Mapping[int, float], bound_cost: Sequence[float],
+                  phases: Sequence[Callable[[float], str]]) -> dict[str, tuple[int, float, float]]:
+    """phase -> (minutes, Nimbus's $, the bound's $) over the minutes both priced. A minute's phase
+    is the most disruptive of the warm pools' at its middle: burst, then after-burst, then steady."""
+    out: dict[str, tuple[int, float, float]] = {}
+    for minute, ours in sorted(minute_cost.items()):
+        if minute >= len(bound_cost):
+            continue
+        seen = {phase((minute + 0.5) * SAMPLE_S) for phase in phases}
+        kind = next((k for k in ("burst", "after-burst") if k in seen), "steady")
+        n, a, b = out.get(kind, (0, 0.0, 0.0))
+        out[kind] = (n + 1, a + ours, b + bound_cost[minute])
+    return out
+
+
+def render(bursts: list[BurstRow], gpu: GpuHours, bound_by_pool_type: dict[str, float], tail_pools: set[str],
+           by_phase: dict[str, tuple[int, float, float]]) -> str:
     lines = ["Bursts of the warm pools (capacity in req/s at the SLO, as the queueing model serves it):", "",
              "| pool | onset | length s | arrivals req/s | capacity before | peak capacity | peak backlog "
              "| backlog gone after s | requests | inside the SLO |",
@@ -165,11 +186,18 @@ def render(bursts: list[BurstRow], gpu: GpuHours, bound_by_pool_type: dict[str, 
     tails = (sum(v for k, v in gpu.regular_by_pool.items() if tail(k)),
              sum(v for k, v in bound_by_pool_type.items() if tail(k)))
     lines.append(f"| the {len(tail_pools)} long-tail pools | {tails[0]:.0f} | {tails[1]:.0f} |")
+    lines += ["", "$ by the load's phase, minute by minute, against the bound's plan for the same minutes (f = 1):",
+              "", "| phase | minutes | nimbus $ | bound $ | × bound |", "|---|---|---|---|---|"]
+    for kind in ("steady", "burst", "after-burst"):
+        if kind in by_phase:
+            n, ours, bound = by_phase[kind]
+            lines.append(f"| {kind} | {n} | {ours:,.0f} | {bound:,.0f} | {ours / bound:.3f} |" if bound else
+                         f"| {kind} | {n} | {ours:,.0f} | 0 | — |")
     return "\n".join(lines)
 
 
 def diagnose(catalog: str, seed: int, hours: float, load_scale: float = 1.0
-             ) -> tuple[list[BurstRow], GpuHours, dict[str, float], set[str]]:
+             ) -> tuple[list[BurstRow], GpuHours, dict[str, float], set[str], dict[str, tuple[int, float, float]]]:
     offers, variants, caps, arrivals, end, _ = run._setup(catalog, seed, hours, load_scale)
     loads = {v.pool_id: make_load(v, seed, hours) for v in variants}
     pools = {v.pool_id: sim.PoolRun(v, caps[v.pool_id], arrivals[v.pool_id],
@@ -181,7 +209,9 @@ def diagnose(catalog: str, seed: int, hours: float, load_scale: float = 1.0
     contender.run(on_step=tracer)
     bound = clairvoyant.lower_bound(arrivals, sim.DT, round(sim.WARMUP_S / sim.DT), {v.pool_id: v for v in variants},
                                     caps, offers)
-    return tracer.bursts(loads), tracer.gpu, dict(bound.gpu_h_by_pool_type), {v.pool_id for v in variants if v.tail}
+    warm = [phase_of(loads[v.pool_id]) for v in variants if not v.tail]
+    return (tracer.bursts(loads), tracer.gpu, dict(bound.gpu_h_by_pool_type), {v.pool_id for v in variants if v.tail},
+            cost_by_phase(tracer.minute_cost, bound.interval_cost, warm))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,9 +9,9 @@ import pytest
 
 from bench.autoscale.trace import Burst
 from bench.fleet import sim
-from bench.fleet.diagnose import SAMPLE_S, Tracer, burst_labels
+from bench.fleet.diagnose import SAMPLE_S, Tracer, burst_labels, cost_by_phase
 from bench.fleet.fluid import PoolQueue
-from bench.fleet.load import PoolLoad
+from bench.fleet.load import PoolLoad, phase_of
 from bench.fleet.models import Load, Variant
 from bench.fleet.profiles import Capacity
 from controlplane.fleet.capacity import Offer
@@ -70,3 +70,18 @@ def test_a_minute_of_gpus_splits_into_held_idle_and_what_whole_nodes_leave_over(
     # whole p5s for the 3 GPUs of regular and loading replicas leave 5 over; the spare's GPU is one of them
     assert gpu.floor["h100"] == pytest.approx(5 * HOUR) and gpu.floor["l40s"] == 0
     assert gpu.regular_by_pool == {"p@h100": pytest.approx(2 * HOUR)}
+    # the minute's bill: both nodes, whatever they hold
+    assert tracer.minute_cost == {0: pytest.approx((55.04 + 10.49) * HOUR)}
+
+
+def test_each_minute_is_priced_against_the_bound_under_its_most_disruptive_phase():
+    first = PoolLoad(variant(), [Burst(120.0, 60.0, 2.0)], [])  # a burst in minute 2
+    second = PoolLoad(variant(), [Burst(600.0, 60.0, 2.0)], [])  # one in minute 10
+    ours = {m: 10.0 + m for m in range(12)}
+    bound = [8.0] * 11  # the bound's plan ends a minute earlier: minute 11 is not priced
+    split = cost_by_phase(ours, bound, [phase_of(first, after_s=120.0), phase_of(second, after_s=120.0)])
+    # minute 2: first's burst; 3-4: after it; 10: second's burst; the rest steady
+    assert split["burst"] == (2, pytest.approx(12.0 + 20.0), pytest.approx(16.0))
+    assert split["after-burst"] == (2, pytest.approx(13.0 + 14.0), pytest.approx(16.0))
+    steady = [0, 1, 5, 6, 7, 8, 9]
+    assert split["steady"] == (7, pytest.approx(sum(10.0 + m for m in steady)), pytest.approx(8.0 * 7))
