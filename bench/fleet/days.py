@@ -27,8 +27,8 @@ from pathlib import Path
 
 from bench.fleet import run
 
-# The five days every README result since commit a118511 is measured on, and four more seeds
-# and loads that no change was tuned on.
+# The five days the README's results are measured on, and four more seeds and loads that no
+# change was tuned on.
 DEFAULT_DAYS = ("sample:1", "sample:2", "fine:1", "fine:2", "sample:1:0.5",
                 "sample:3", "sample:4", "fine:3", "sample:2:0.5")
 

@@ -96,7 +96,7 @@ class Tracer:
         if t >= 0 and t % SAMPLE_S < sim.DT:
             self._sample(t)
 
-    def _sample(self, t: float = 0.0) -> None:
+    def _sample(self, t: float) -> None:
         h = SAMPLE_S / 3600
         self.minute_cost[int(t // SAMPLE_S)] = sum(n.offer.price_per_hour for n in self.c.fleet.nodes.values()) * h
         running: Counter = Counter()  # (instance type, GPU type, GPUs per node) -> GPUs of regular and loading replicas

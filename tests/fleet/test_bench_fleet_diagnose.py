@@ -60,7 +60,7 @@ def test_a_minute_of_gpus_splits_into_held_idle_and_what_whole_nodes_leave_over(
     fleet.launch(g6e, None, 0.0)  # an empty node: all idle, and no replica to round up for
 
     tracer = Tracer(SimpleNamespace(fleet=fleet), {})
-    tracer._sample()
+    tracer._sample(0.0)
     gpu = tracer.gpu
     assert gpu.billed["h100"] == pytest.approx(8 * HOUR) and gpu.billed["l40s"] == pytest.approx(4 * HOUR)
     assert gpu.held[("h100", "regular")] == pytest.approx(2 * HOUR)
