@@ -114,12 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     # Calibrate once, here, before the workers would each do it at the same time.
     run._setup(days[0].catalog, days[0].seed, args.hours)
-    kinds = ["nimbus", *(("clairvoyant" if f == 1.0 else f"clairvoyant-x{f:g}") for f in run.BOUND_FACTORS)]
+    kinds = ["nimbus", *(run.bound_row(f) for f in run.BOUND_FACTORS)]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {(d, k): (pool.submit(run.run_bound, d.catalog, d.seed, args.hours, d.load_scale, "default",
-                                        run.row_factor(k))
-                            if k.startswith("clairvoyant") else
-                            pool.submit(run.run_contender, k, d.catalog, d.seed, args.hours, d.load_scale))
+        futures = {(d, k): pool.submit(run.run_row, k, d.catalog, d.seed, args.hours, d.load_scale)
                    for d in days for k in kinds}
         results = {d: {k: futures[(d, k)].result() for k in kinds} for d in days}
     rows = [summarize(d, results[d]) for d in days]

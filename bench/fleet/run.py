@@ -66,6 +66,20 @@ def row_factor(kind: str) -> float:
     return float(kind.split("-x")[1]) if "-x" in kind else 1.0
 
 
+def bound_row(demand_factor: float) -> str:
+    """The bound's row at ``demand_factor``: "clairvoyant" at 1, "clairvoyant-x1.05" above."""
+    return "clairvoyant" if demand_factor == 1.0 else f"clairvoyant-x{demand_factor:g}"
+
+
+def run_row(kind: str, catalog: str, seed: int, hours: float, load_scale: float = 1.0, budget: dict | None = None,
+            fleet: str = "default", autoscaler: dict | None = None,
+            empty_node_ttl_s: float = sim.EMPTY_NODE_TTL_S) -> dict:
+    """One row of a day, by its name: the bound (at the factor the name carries) or a contender."""
+    if kind.startswith("clairvoyant"):
+        return run_bound(catalog, seed, hours, load_scale, fleet, row_factor(kind))
+    return run_contender(kind, catalog, seed, hours, load_scale, budget, fleet, autoscaler, empty_node_ttl_s)
+
+
 def slo_by_phase(queues) -> dict[str, dict[str, float]]:
     """Requests and the share inside the SLO by the load's phase at arrival, over all pools."""
     out: dict[str, dict[str, float]] = {}
@@ -146,7 +160,7 @@ def run_bound(catalog: str, seed: int, hours: float, load_scale: float = 1.0, fl
     queues = clairvoyant.attainment(b, arrivals, sim.DT, -sim.WARMUP_S, variants, caps, phases).values()
     requests, within = sum(q.requests for q in queues), sum(q.within for q in queues)
     out = {
-        "name": "clairvoyant" if demand_factor == 1.0 else f"clairvoyant-x{demand_factor:g}",
+        "name": bound_row(demand_factor),
         "demand_factor": demand_factor, "cost": b.cost, "billed_gpu_h": b.billed_gpu_h,
         "allocated_gpu_h": b.allocated_gpu_h,
         "fragmentation": 1 - b.allocated_gpu_h / b.billed_gpu_h if b.billed_gpu_h else 0.0,
@@ -363,14 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     kinds = args.only or [*CONTENDERS, *([] if args.no_oracle else DIAGNOSTICS), "clairvoyant"]
     kinds += [f"skyserve-x{f:g}" for f in args.skyserve_headroom]
     if "clairvoyant" in kinds:
-        kinds += [f"clairvoyant-x{f:g}" for f in BOUND_FACTORS if f != 1.0]
+        kinds += [bound_row(f) for f in BOUND_FACTORS if f != 1.0]
     results: dict[str, dict] = {}
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {k: (pool.submit(run_bound, args.catalog, args.seed, args.hours, args.load_scale, args.fleet,
-                                   row_factor(k))
-                       if k.startswith("clairvoyant") else
-                       pool.submit(run_contender, k, args.catalog, args.seed, args.hours, args.load_scale, budget,
-                                   args.fleet, autoscaler, ttl))
+        futures = {k: pool.submit(run_row, k, args.catalog, args.seed, args.hours, args.load_scale, budget,
+                                  args.fleet, autoscaler, ttl)
                    for k in kinds}
         for k, f in futures.items():
             results[k] = f.result()
