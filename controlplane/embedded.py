@@ -118,7 +118,6 @@ PLATFORM_ENV = {
     "NIMBUS_SWEEP_INTERVAL_S": "30",
     "NIMBUS_AUTOSCALE_INTERVAL_S": "2",
     "NIMBUS_DRAIN_TIMEOUT_S": "20",  # a laptop demo: drained nodes go away quickly
-    "NIMBUS_EMPTY_NODE_TTL_S": "10",  # and so do emptied ones
 }
 
 

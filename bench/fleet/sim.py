@@ -36,6 +36,7 @@ from controlplane.autoscaler.baselines import SkyServeConfig, SkyServeState, sky
 from controlplane.autoscaler.config import AutoscalerConfig
 from controlplane.autoscaler.policy import decide
 from controlplane.autoscaler.signals import AutoscalerState, PoolObservation, PoolSpec, ReplicaSignal
+from controlplane.config import Settings
 from controlplane.fleet.capacity import (
     ConsolidationBudget,
     HostedReplica,
@@ -62,11 +63,11 @@ DT = 10.0
 WARMUP_S = 3600.0
 BOOT_S = 120.0
 DRAIN_S = 20.0  # a stopped replica finishes its in-flight requests, then frees its GPUs
-EMPTY_NODE_TTL_S = 60.0  # controlplane.config.Settings.empty_node_ttl_s
+EMPTY_NODE_TTL_S = Settings.model_fields["empty_node_ttl_s"].default
 # reconcile.emptied_by_consolidation: a node a consolidation emptied is released at once (False: the
 # behaviour before it, for comparisons)
 RELEASE_CONSOLIDATED = True
-SPARE_MAX_RATIO = 2.0  # controlplane.config.Settings.spare_max_ratio
+SPARE_MAX_RATIO = Settings.model_fields["spare_max_ratio"].default
 MAX_RUNNING = 128  # bench.autoscale.engine.ReplicaProfile.max_running_requests
 # Tokens per request of the mix (prompt + output): the token-rate history and the KV gauge.
 MEAN_TOKENS = poisson_trace(MIX, 50.0, 2000.0, 7).mean_tokens()

@@ -13,8 +13,9 @@ out against the clouds after commit. Its steps:
 3. **Size**: per pool and market (the spot/on-demand mix, decided once, in ``fleet.markets``),
    missing replicas are *placed* (``fleet.placement``: free slots first, the cheapest new shapes
    for the rest); surplus ones are told to stop (replica drains, never a node drain).
-4. **Nodes**: a node that holds no replica is released after ``empty_node_ttl_s`` (at once if it
-   never launched, or if a consolidation emptied it); underused nodes are timed for consolidation.
+4. **Nodes**: a node that holds no replica is released after ``empty_node_ttl_s`` (0 by default:
+   at once; at once whatever the setting if it never launched, or if a consolidation emptied it);
+   underused nodes are timed for consolidation.
 5. **Consolidate** (``fleet.consolidation``): delete or replace underused nodes by moving their
    replicas make-before-break, within the disruption budgets.
 

@@ -17,6 +17,7 @@ import httpx
 import openai
 import pytest
 
+from controlplane.config import Settings
 from controlplane.embedded import PLATFORM_ENV as EMBEDDED_ENV
 from tests.e2e.conftest import Running
 from tests.e2e.seed import ok, wait
@@ -32,7 +33,7 @@ PLATFORM_ENV = {"NIMBUS_AUTOSCALER_OVERRIDES": json.dumps({
 # The pool ends with one replica: the services (API, worker, beat, edge, Redis) plus one agent and its
 # engine (the drained replica's node, emptied, is gone).
 PLATFORM_MIN_PROCESSES = 7
-EMPTY_NODE_TTL_S = float(EMBEDDED_ENV["NIMBUS_EMPTY_NODE_TTL_S"])  # an emptied node goes after this
+EMPTY_NODE_TTL_S = Settings.model_fields["empty_node_ttl_s"].default  # an emptied node goes after this
 DRAIN_TIMEOUT_S = float(EMBEDDED_ENV["NIMBUS_DRAIN_TIMEOUT_S"])  # a replica's drain deadline
 
 
