@@ -7,7 +7,10 @@ across seeds, catalogs and load levels, not on one day.
 A day is ``catalog:seed[:load scale]`` (the load scale multiplies the main pools' request rates,
 as ``bench.fleet --load-scale`` does). Each day runs the ``nimbus`` contender and the bound at
 every ``run.BOUND_FACTORS`` (the bound's cost against its SLO attainment), and prices Nimbus's
-day against the bound's at Nimbus's own attainment (``bound_at``).
+day against the bound's at Nimbus's own attainment (``bound_at``). Where Nimbus's attainment is
+below the bound's at f = 1, that is f = 1's cost, and the points Nimbus is short by are free in
+that ratio; a second ratio adds them at the bound's own price (``shortfall_price``), so that a
+change that saves $ by missing more requests is judged by what those requests are worth.
 
 One day is not a verdict: the same code measures 1.19x to 1.23x the bound from one day to the
 next (bench/fleet/README.md), more than most changes move it. Compare two versions of the code
@@ -60,7 +63,8 @@ def bound_at(bounds: list[dict], attainment: float) -> tuple[float, str] | None:
 
     Between two demand factors: interpolated (``run.equal_slo_bound``). Below the attainment the
     bound gets at f = 1: f = 1's cost, the least the bound ever pays (provisioning under each
-    minute's demand is not a bound on anything), so this never flatters Nimbus. Above the highest
+    minute's demand is not a bound on anything): never a cheaper bound than f = 1's, though the
+    attainment Nimbus lacks is then left out (``shortfall_price`` adds it). Above the highest
     factor: None (no extrapolation)."""
     lowest = min(bounds, key=lambda b: b["demand_factor"])
     if attainment < lowest["slo_attainment"]:
@@ -71,32 +75,59 @@ def bound_at(bounds: list[dict], attainment: float) -> tuple[float, str] | None:
     return eq["cost"], f"f = {eq['demand_factor']:.3f}"
 
 
+def shortfall_price(bounds: list[dict], attainment: float) -> float:
+    """$ for the attainment Nimbus lacks against the bound at f = 1, at the bound's own price.
+
+    ``bound_at`` compares a day below the bound's attainment at f = 1 with f = 1's cost, so the
+    points of SLO attainment Nimbus gives up there cost it nothing in the ratio: a change that
+    saves $ by missing more requests looks like a gain. This prices the shortfall at what the
+    bound pays for attainment from f = 1 to the next factor (its $ per point there), so that
+    such a change counts as a gain only where it saves more than the bound would spend on the
+    same points. 0 at or above f = 1's attainment."""
+    lo, nxt = sorted(bounds, key=lambda b: b["demand_factor"])[:2]
+    shortfall = lo["slo_attainment"] - attainment
+    if shortfall <= 0 or nxt["slo_attainment"] <= lo["slo_attainment"]:
+        return 0.0
+    return shortfall * (nxt["cost"] - lo["cost"]) / (nxt["slo_attainment"] - lo["slo_attainment"])
+
+
 def summarize(day: Day, results: dict) -> dict:
-    """One day's row: Nimbus's $ and attainment, and the bound's $ at that attainment."""
+    """One day's row: Nimbus's $ and attainment, the bound's $ at that attainment, and the ratio
+    with Nimbus's shortfall against f = 1 priced in (``shortfall_price``)."""
     ours = results["nimbus"]
     bounds = [r for k, r in results.items() if k.startswith("clairvoyant")]
     at = bound_at(bounds, ours["slo_attainment"])
+    lowest = min(bounds, key=lambda b: b["demand_factor"])
+    priced = ours["cost"] + shortfall_price(bounds, ours["slo_attainment"])
     return {"day": day.name, "cost": ours["cost"], "slo_attainment": ours["slo_attainment"],
             "fragmentation": ours["fragmentation"],
             "burst_attainment": ours["slo_by_phase"].get("burst", {}).get("attainment"),
+            "bound_attainment": lowest["slo_attainment"], "shortfall_priced_cost": priced,
             "bound_cost": None if at is None else at[0], "bound_basis": None if at is None else at[1],
-            "ratio": None if at is None else ours["cost"] / at[0]}
+            "ratio": None if at is None else ours["cost"] / at[0],
+            "shortfall_priced_ratio": None if at is None else priced / at[0]}
 
 
 def render(rows: list[dict]) -> str:
-    lines = ["| day | nimbus $ | SLO attainment | in bursts | fragmentation | bound $ at that SLO | × bound |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| day | nimbus $ | SLO attainment | in bursts | fragmentation | bound's SLO attainment at f = 1 "
+             "| bound $ at that SLO | × bound | × bound, shortfall priced |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         burst = "—" if r["burst_attainment"] is None else f"{100 * r['burst_attainment']:.1f} %"
         bound = "— (above the bound's curve)" if r["bound_cost"] is None else f"{r['bound_cost']:,.0f} ({r['bound_basis']})"
         ratio = "—" if r["ratio"] is None else f"{r['ratio']:.3f}"
+        with_shortfall = "—" if r["ratio"] is None else f"{r['shortfall_priced_ratio']:.3f}"
         lines.append(f"| {r['day']} | {r['cost']:,.0f} | {100 * r['slo_attainment']:.2f} % | {burst} "
-                     f"| {100 * r['fragmentation']:.1f} % | {bound} | {ratio} |")
+                     f"| {100 * r['fragmentation']:.1f} % | {100 * r['bound_attainment']:.2f} % | {bound} | {ratio} "
+                     f"| {with_shortfall} |")
     priced = [r for r in rows if r["ratio"] is not None]
     if priced:
-        summed = sum(r["cost"] for r in priced) / sum(r["bound_cost"] for r in priced)
+        bound = sum(r["bound_cost"] for r in priced)
+        summed = sum(r["cost"] for r in priced) / bound
+        with_shortfall = sum(r["shortfall_priced_cost"] for r in priced) / bound
         worst = max(priced, key=lambda r: r["ratio"])
-        lines.append(f"\nsummed over {len(priced)} days: {summed:.4f}x the bound at equal SLO; worst day "
+        lines.append(f"\nsummed over {len(priced)} days: {summed:.4f}x the bound at equal SLO "
+                     f"({with_shortfall:.4f}x with the SLO shortfall priced); worst day "
                      f"{worst['day']} {worst['ratio']:.3f}x; days at or under 1.2x: "
                      f"{sum(r['ratio'] <= 1.2 for r in priced)} of {len(priced)}")
     return "\n".join(lines)

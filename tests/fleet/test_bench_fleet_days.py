@@ -9,7 +9,7 @@ import argparse
 
 import pytest
 
-from bench.fleet.days import Day, bound_at, render, summarize
+from bench.fleet.days import Day, bound_at, render, shortfall_price, summarize
 
 # The bound's curve: $ and attainment at each demand factor.
 CURVE = [{"demand_factor": 1.0, "cost": 1000.0, "slo_attainment": 0.93},
@@ -37,6 +37,17 @@ def test_the_bound_is_read_off_its_curve_at_nimbuss_attainment():
     assert bound_at(CURVE, 0.99) is None
 
 
+def test_the_attainment_nimbus_lacks_against_f_1_is_priced_at_the_bounds_own_rate():
+    # from f = 1 to 1.02 the bound pays $20 for 3 points: $20/3 a point
+    assert shortfall_price(CURVE, 0.90) == pytest.approx(3 * 20.0 / 3)
+    assert shortfall_price(CURVE, 0.925) == pytest.approx(0.5 * 20.0 / 3)
+    # at or above f = 1's attainment nothing is short (bound_at already compares at equal SLO)
+    assert shortfall_price(CURVE, 0.93) == 0.0
+    assert shortfall_price(CURVE, 0.97) == 0.0
+    # the factors may come in any order
+    assert shortfall_price(list(reversed(CURVE)), 0.90) == pytest.approx(20.0)
+
+
 def test_the_summed_row_divides_summed_costs_and_names_the_worst_day():
     def runs(cost: float, attainment: float) -> dict:
         nimbus = {"cost": cost, "slo_attainment": attainment, "fragmentation": 0.02,
@@ -49,8 +60,13 @@ def test_the_summed_row_divides_summed_costs_and_names_the_worst_day():
     assert rows[0]["ratio"] == pytest.approx(1.23)
     assert rows[1]["ratio"] == pytest.approx(1190.0 / 1020.0)
     assert rows[2]["ratio"] is None
+    # 3 points short of f = 1 at $20/3 a point: $20 more; at 0.96 nothing is short
+    assert rows[0]["shortfall_priced_ratio"] == pytest.approx(1250.0 / 1000.0)
+    assert rows[1]["shortfall_priced_ratio"] == pytest.approx(rows[1]["ratio"])
     text = render(rows)
-    assert f"summed over 2 days: {(1230.0 + 1190.0) / 2020.0:.4f}x" in text
+    assert (f"summed over 2 days: {(1230.0 + 1190.0) / 2020.0:.4f}x the bound at equal SLO "
+            f"({(1250.0 + 1190.0) / 2020.0:.4f}x with the SLO shortfall priced)") in text
+    assert "| sample:1 | 1,230 | 90.00 % | 40.0 % | 2.0 % | 93.00 % | 1,000 (f = 1) | 1.230 | 1.250 |" in text
     assert "worst day sample:1 1.230x" in text
     assert "days at or under 1.2x: 1 of 2" in text
     assert "— (above the bound's curve)" in text
