@@ -124,9 +124,9 @@ class Settings(BaseSettings):
     # 0: an emptied node goes at once. Its emptying was already decided after a wait: the
     # autoscaler's scale-down hold and cooldown (a replica goes only once the need has stayed
     # down), consolidation's settle time. A second wait here held billed GPUs for a reuse those
-    # had already priced: at 60 s, bench/fleet's nine days cost 1.0 % more (1.208x the
-    # clairvoyant bound against 1.196x) for 0.4 points of SLO attainment, less than the bound
-    # itself pays for 0.4 points (bench/fleet/README.md).
+    # had already priced: at 60 s, bench/fleet's nine days cost 1.1 % more (1.208x the
+    # clairvoyant bound against 1.196x) for 0.4 points of SLO attainment, which at the bound's
+    # own price per point are worth less than that (bench/fleet/README.md).
     empty_node_ttl_s: float = Field(
         default=0.0, ge=0,
         description="A ready node that holds no replica (spares aside) is released after this long; 0: at once.",
