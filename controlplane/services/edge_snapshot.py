@@ -130,6 +130,7 @@ def build(session: Session, semantic_threshold_default: float = 1.0) -> dict:
                 "variant_id": str(p.variant_id),
                 "kind": p.kind.value if isinstance(p.kind, PoolKind) else p.kind,
                 "dedicated_tenant_id": str(p.dedicated_tenant_id) if p.dedicated_tenant_id else None,
+                "ttft_slo_ms": p.ttft_slo_ms,
             }
             for p in pools
         ],

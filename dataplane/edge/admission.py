@@ -2,8 +2,9 @@
 
 One ``FairQueue`` per model variant (requests for different variants never block each other).
 ``pump()`` runs whenever capacity may have appeared (a request finished, health or a snapshot
-changed, and on a short timer as a safety net) and dispatches waiters in VTC order for as long
-as they fit. New arrivals queue behind existing waiters, so nobody can jump the fair order.
+changed, and on a short timer as a safety net) and dispatches waiters in VTC order (within a
+tenant, deadline-first: ``fairness.py``) for as long as they fit. New arrivals queue behind
+existing waiters, so nobody can jump the fair order.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class Admission:
             while q and len(q):
                 progressed = False
                 now = self.clock()
-                for head in q.heads():
+                for head in q.heads(now):
                     fut = self._futures.get(head.seq)
                     if fut is None or fut.done():
                         q.remove(head)  # its caller already gave up

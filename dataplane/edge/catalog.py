@@ -96,6 +96,7 @@ class Pool:
     variant_id: str
     kind: str
     dedicated_tenant_id: str | None
+    ttft_slo_s: float | None = None  # None: no SLO, its queued requests are served in arrival order
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +189,10 @@ class Catalog:
             default_tier = m.get("default_tier") or next(iter(variants), "")
             cat.models[m["name"]] = Model(name=m["name"], default_tier=default_tier, variants=variants)
         for p in snap.get("pools", []):
+            slo_ms = p.get("ttft_slo_ms")
             pool = Pool(id=p["id"], variant_id=p["variant_id"], kind=p.get("kind", "warm"),
-                        dedicated_tenant_id=p.get("dedicated_tenant_id"))
+                        dedicated_tenant_id=p.get("dedicated_tenant_id"),
+                        ttft_slo_s=float(slo_ms) / 1000 if slo_ms else None)
             cat.pools[pool.id] = pool
             cat.pools_by_variant.setdefault(pool.variant_id, []).append(pool)
         for r in snap.get("replicas", []):
@@ -233,6 +236,11 @@ class Catalog:
     def candidates(self, tenant_id: str, variant_id: str) -> list[Replica]:
         """Ready replicas of every pool this tenant may use for the variant."""
         return [r for p in self.usable_pools(tenant_id, variant_id) for r in self.ready_by_pool.get(p.id, ())]
+
+    def ttft_slo_s(self, tenant_id: str, variant_id: str) -> float | None:
+        """The tightest TTFT SLO among the pools this tenant may use for the variant (None: none has one)."""
+        slos = [p.ttft_slo_s for p in self.usable_pools(tenant_id, variant_id) if p.ttft_slo_s is not None]
+        return min(slos) if slos else None
 
     def visible_models(self, tenant_id: str) -> list[tuple[Model, Variant]]:
         out = []

@@ -6,7 +6,14 @@ priority classes. Pure data structure; ``admission.py`` wraps it with futures an
 * When a tenant's queue turns non-empty, its counter is lifted to the smallest counter among
   backlogged tenants, so idling does not bank credit to flood with later.
 * Interactive requests are always served before batch ones; within a class the backlogged tenant
-  with the smallest counter goes next (FIFO within a tenant).
+  with the smallest counter goes next.
+* Within a tenant, the oldest request that can still meet its TTFT SLO goes first, and those
+  already past that point after them, oldest first (``Waiter.deadline``). In arrival order, a
+  backlog makes every request behind it miss: each waits as long as the one before it did. Served
+  deadline-first, the same replicas serve the same number of requests, and those that can still
+  make it do; a burst past capacity then keeps about capacity / demand of its requests inside the
+  SLO instead of almost none (bench/fleet/README.md). The late ones are not dropped: they go as
+  soon as nobody who can still make it waits, or time out as they would have in arrival order.
 """
 
 from __future__ import annotations
@@ -35,6 +42,45 @@ class Waiter:
     try_dispatch: Callable[[float], Any] | None = None
     payload: Any = None
     seq: int = field(default_factory=lambda: next(_seq))
+    # The last moment a dispatch can still meet the request's TTFT SLO (inf: it has none).
+    deadline: float = math.inf
+
+
+class _Lane:
+    """One (class, tenant) queue: requests that can still meet their deadline, in arrival order,
+    and those past it, in arrival order. A waiter moves from the first to the second once (when
+    ``head`` finds it late), so keeping the order costs O(1) per request."""
+
+    __slots__ = ("fresh", "late")
+
+    def __init__(self) -> None:
+        self.fresh: deque[Waiter] = deque()
+        self.late: deque[Waiter] = deque()
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.late)
+
+    def head(self, now: float) -> Waiter:
+        fresh = self.fresh
+        while fresh and fresh[0].deadline < now:
+            # Deadlines need not follow arrival order (an SLO or a prompt length can differ), so
+            # the late deque is kept in arrival order by insertion, not by appending.
+            late = fresh.popleft()
+            if self.late and self.late[-1].seq > late.seq:
+                i = next(i for i, w in enumerate(self.late) if w.seq > late.seq)
+                self.late.insert(i, late)
+            else:
+                self.late.append(late)
+        return fresh[0] if fresh else self.late[0]
+
+    def remove(self, waiter: Waiter) -> bool:
+        for q in (self.fresh, self.late):
+            try:
+                q.remove(waiter)
+                return True
+            except ValueError:
+                pass
+        return False
 
 
 class FairQueue:
@@ -43,7 +89,7 @@ class FairQueue:
         self.w_prompt = w_prompt
         self.w_output = w_output
         self.counters: dict[str, float] = {}
-        self._queues: dict[tuple[int, str], deque[Waiter]] = {}
+        self._queues: dict[tuple[int, str], _Lane] = {}
         self._size = 0
 
     def __len__(self) -> int:
@@ -62,34 +108,31 @@ class FairQueue:
             self.counters[tenant] = max(self.counters.get(tenant, 0.0), floor)
         self.counters.setdefault(tenant, 0.0)
         key = (PRIORITY_RANK.get(waiter.priority, 0), tenant)
-        self._queues.setdefault(key, deque()).append(waiter)
+        self._queues.setdefault(key, _Lane()).fresh.append(waiter)
         self._size += 1
         return True
 
     def remove(self, waiter: Waiter) -> bool:
         key = (PRIORITY_RANK.get(waiter.priority, 0), waiter.tenant_id)
         q = self._queues.get(key)
-        if not q:
-            return False
-        try:
-            q.remove(waiter)
-        except ValueError:
+        if not q or not q.remove(waiter):
             return False
         self._size -= 1
         if not q:
             del self._queues[key]
         return True
 
-    def heads(self) -> Iterator[Waiter]:
-        """Head waiter of each (class, tenant) queue, in serving order."""
-        keys = sorted(self._queues, key=lambda k: (k[0], self.counters.get(k[1], 0.0), self._queues[k][0].seq))
+    def heads(self, now: float = -math.inf) -> Iterator[Waiter]:
+        """Head waiter of each (class, tenant) queue as of ``now``, in serving order."""
+        heads = {key: q.head(now) for key, q in self._queues.items()}
+        keys = sorted(heads, key=lambda k: (k[0], self.counters.get(k[1], 0.0), heads[k].seq))
         for key in keys:
             q = self._queues.get(key)
             if q:
-                yield q[0]
+                yield q.head(now)
 
-    def pop_next(self) -> Waiter | None:
-        for head in self.heads():
+    def pop_next(self, now: float = -math.inf) -> Waiter | None:
+        for head in self.heads(now):
             self.remove(head)
             return head
         return None

@@ -68,6 +68,9 @@ class EdgeMetrics:
                                  ["model", "replica", "priority"], ITL_BUCKETS, r)
         self.queue_time = Histogram("nimbus_edge_queue_seconds", "Time waiting in the edge's fair queue",
                                     ["model", "priority"], buckets=LATENCY_BUCKETS, registry=r)
+        self.dispatched_late = Counter(
+            "nimbus_edge_dispatched_late", "Requests that left the fair queue past the last moment they could "
+            "meet their pool's TTFT SLO (served after those that still could)", ["model", "priority"], registry=r)
         self.duration = Histogram("nimbus_edge_request_seconds", "Whole request duration",
                                   ["model", "priority"], buckets=LATENCY_BUCKETS, registry=r)
         self.errors = Counter("nimbus_edge_errors", "Errors by kind", ["model", "replica", "kind"], registry=r)

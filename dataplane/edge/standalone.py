@@ -82,7 +82,7 @@ def config_to_snapshot(cfg: dict[str, Any]) -> dict[str, Any]:
             })
             pid = _id("pool", m["name"], t["tier"])
             pools.append({"id": pid, "variant_id": vid, "kind": t.get("kind", "warm"),
-                          "dedicated_tenant_id": None})
+                          "dedicated_tenant_id": None, "ttft_slo_ms": t.get("ttft_slo_ms")})
             for i, rep in enumerate(t.get("replicas", [])):
                 rep = {"url": rep} if isinstance(rep, str) else dict(rep)
                 region = rep.get("region", DEFAULT_REGION)

@@ -38,7 +38,7 @@ async def test_snapshot_content_and_etag(client, admin) -> None:
     assert [v["tier"] for v in model["variants"]] == ["fp8"]  # only variants a pool serves
     assert model["variants"][0]["served_model_name"] == f"{m['name']}-fp8"
     assert {"id": pool["id"], "variant_id": pool["variant_id"], "kind": "scale_to_zero",
-            "dedicated_tenant_id": None} in snap["pools"]
+            "dedicated_tenant_id": None, "ttft_slo_ms": pool["ttft_slo_ms"]} in snap["pools"]
 
     r = await client.get("/internal/v1/edge/snapshot", headers={**EDGE, "If-None-Match": etag})
     assert r.status_code == 304

@@ -21,12 +21,13 @@ def slow_sim():
         yield sim
 
 
-def one_slot_edge(edge_factory, sim, **settings):
+def one_slot_edge(edge_factory, sim, ttft_slo_ms=None, **settings):
     cfg = standalone_config([sim.url], [
         {"name": "flood", "keys": [{"dev_key": FLOOD}]},
         {"name": "light", "keys": [{"dev_key": LIGHT}]},
         {"name": "batchy", "keys": [{"dev_key": BATCH, "priority": "batch"}]},
     ], settings={"max_inflight_per_replica": 1, "health_interval_s": 600, **settings})
+    cfg["models"][0]["tiers"][0]["ttft_slo_ms"] = ttft_slo_ms
     return edge_factory(cfg, redis_url="none")
 
 
@@ -96,6 +97,39 @@ def test_queue_timeout_is_503_with_retry_after(edge_factory, slow_sim):
     assert int(exc.value.response.headers["retry-after"]) >= 1
     blocker.join(60)
     assert finished == ["blocker"]
+
+
+def test_a_request_that_can_still_meet_the_slo_goes_before_those_past_it(edge_factory, slow_sim):
+    """Within one tenant, the queue serves first the requests that can still meet the pool's TTFT
+    SLO; those already past it go after them, and all of them are answered."""
+    edge = one_slot_edge(edge_factory, slow_sim, ttft_slo_ms=1000)
+    finished: list[str] = []
+    near_end = threading.Event()
+
+    def blocker() -> None:  # holds the one slot for ~3 s, and says when it is nearly done
+        c = openai.OpenAI(base_url=edge.url + "/v1", api_key=FLOOD, max_retries=0, timeout=60)
+        for i, _ in enumerate(c.completions.create(model="demo", prompt="blocker", max_tokens=2000, stream=True,
+                                                    extra_body={"ignore_eos": True})):
+            if i == 1700:
+                near_end.set()
+        finished.append("blocker")
+
+    first = threading.Thread(target=blocker)
+    first.start()
+    time.sleep(0.2)
+    old = [threading.Thread(target=run, args=(edge, FLOOD, finished, f"old{i}", 20)) for i in range(3)]
+    for t in old:
+        t.start()
+    assert near_end.wait(30)  # by now the three have waited far past the 1-s SLO
+    assert finished == []
+    new = threading.Thread(target=run, args=(edge, FLOOD, finished, "new", 20))
+    new.start()
+    for t in [first, *old, new]:
+        t.join(60)
+    assert finished[0] == "blocker" and sorted(finished) == ["blocker", "new", "old0", "old1", "old2"]
+    # in arrival order "new" would come last
+    assert finished[1] == "new", finished
+    assert metric(edge, "nimbus_edge_dispatched_late_total") == 3  # the three old ones, counted
 
 
 def test_batch_work_takes_what_interactive_tenants_leave_and_a_flood_does_not(edge_factory):

@@ -79,6 +79,18 @@ def test_model_tier_resolution_and_dedicated_pools():
     assert cat.rtt_ms("aws/x") == 3.5
 
 
+def test_a_tenant_queues_by_the_tightest_ttft_slo_among_the_pools_it_may_use():
+    pools = [
+        {"id": "p-shared", "variant_id": "v-bf16", "kind": "warm", "dedicated_tenant_id": None, "ttft_slo_ms": 2000},
+        {"id": "p-own", "variant_id": "v-bf16", "kind": "warm", "dedicated_tenant_id": "t-b", "ttft_slo_ms": 500},
+        {"id": "p-fp8", "variant_id": "v-fp8", "kind": "warm", "dedicated_tenant_id": None},
+    ]
+    cat = Catalog.from_snapshot(snapshot(pools=pools))
+    assert cat.ttft_slo_s("t-a", "v-bf16") == 2.0  # another tenant's dedicated pool does not bind it
+    assert cat.ttft_slo_s("t-b", "v-bf16") == 0.5
+    assert cat.ttft_slo_s("t-a", "v-fp8") is None  # no SLO: its queue keeps arrival order
+
+
 def test_authentication_outcomes():
     cat = Catalog.from_snapshot(snapshot())
     tenant, key = authenticate(cat, f"Bearer {KEY_A}")

@@ -70,6 +70,47 @@ def test_bounded_and_removable():
     assert len(q) == 1 and q.pop_next() is b
 
 
+def test_within_a_tenant_those_that_can_still_meet_the_slo_go_first():
+    q = FairQueue()
+    old = [Waiter("t", 1.0, "interactive", 100, 0.0, deadline=1.0) for _ in range(3)]
+    fresh = Waiter("t", 1.0, "interactive", 100, 5.0, deadline=6.0)
+    for waiter in [*old, fresh]:
+        q.push(waiter)
+    # at t = 0.5 nobody is late yet: arrival order
+    assert next(q.heads(0.5)) is old[0]
+    # at t = 5.5 the first three are past their deadline: the one that can still make it goes
+    # first, then the late ones in arrival order (nothing is dropped)
+    order = [q.pop_next(5.5) for _ in range(4)]
+    assert order == [fresh, *old]
+    assert q.pop_next(5.5) is None
+
+
+def test_late_waiters_keep_arrival_order_when_deadlines_do_not():
+    q = FairQueue()
+    first = Waiter("t", 1.0, "interactive", 100, 0.0, deadline=3.0)
+    second = Waiter("t", 1.0, "interactive", 9000, 0.1, deadline=1.0)  # a long prompt: less time left
+    q.push(first)
+    q.push(second)
+    assert next(q.heads(2.0)) is first  # second is late, first still fresh
+    assert [q.pop_next(4.0), q.pop_next(4.0)] == [first, second]
+
+
+def test_deadlines_reorder_within_a_tenant_never_across_tenants():
+    q = FairQueue()
+    q.charge_admit("served", 1.0, 1000)
+    late = Waiter("light", 1.0, "interactive", 100, 0.0, deadline=1.0)
+    q.push(late)
+    q.push(Waiter("served", 1.0, "interactive", 100, 4.0, deadline=9.0))
+    # the least-served tenant still goes first, with its late request (VTC decides the tenant)
+    assert q.pop_next(5.0) is late
+    # without deadlines (batch work, pools without an SLO) a tenant's queue stays in arrival order
+    q2 = FairQueue()
+    batch = [w("b", "batch") for _ in range(3)]
+    for waiter in batch:
+        q2.push(waiter)
+    assert [q2.pop_next(1e9) for _ in range(3)] == batch
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("abcd"), st.integers(1, 400)), min_size=20, max_size=200))
 def test_service_gap_between_backlogged_tenants_is_bounded(arrivals):

@@ -2,14 +2,15 @@
 
 Scale from zero first (a variant with no ready replica asks the control plane for one and holds
 the request until the snapshot shows it). Then the request waits in its variant's fair queue
-(``admission.py``, virtual-token-counter order) until the fair-share guard lets its tenant take a
-slot and ``route`` finds a replica for it.
+(``admission.py``, virtual-token-counter order, deadline-first within a tenant) until the
+fair-share guard lets its tenant take a slot and ``route`` finds a replica for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 
 from dataplane.edge import errors
@@ -64,6 +65,20 @@ async def _activate(edge: EdgeParts, tenant: Tenant, variant: Variant, model: st
 
 # ---------------------------------------------------------------------- the fair queue
 
+def dispatch_deadline(edge: EdgeParts, rec: RequestRecord, route_req: RouteRequest) -> float:
+    """The last moment this request can leave the queue and still meet its pool's TTFT SLO: its
+    arrival plus the SLO, less the prefill the router's TTFT model predicts for its prompt alone.
+    None of that applies to batch work or to a pool without an SLO: they keep arrival order."""
+    catalog = edge.catalog
+    if rec.priority == BATCH or catalog is None or rec.tenant is None or rec.variant is None:
+        return math.inf
+    slo_s = catalog.ttft_slo_s(rec.tenant.id, rec.variant.id)
+    if slo_s is None:
+        return math.inf
+    prefill_s = edge.router.ttft_model.predict(0.0, route_req.prompt_tokens, 0) / 1000
+    return rec.t0 + slo_s - prefill_s
+
+
 async def acquire(edge: EdgeParts, rec: RequestRecord, route_req: RouteRequest, excluded: set[str]) -> Ticket:
     """Wait until the request holds a replica (``rec.ticket``); raises when the queue refuses
     it (full, or waited too long)."""
@@ -84,6 +99,8 @@ async def acquire(edge: EdgeParts, rec: RequestRecord, route_req: RouteRequest, 
     # ...and where the engines preempt by priority, interactive work may take the slots batch work holds.
     preempts = rec.priority == INTERACTIVE and variant.priority_scheduling is not None
 
+    deadline = dispatch_deadline(edge, rec, route_req)
+
     def try_dispatch(now: float) -> Ticket | None:
         catalog = edge.catalog
         if catalog is None:
@@ -100,11 +117,14 @@ async def acquire(edge: EdgeParts, rec: RequestRecord, route_req: RouteRequest, 
         if guarded:
             guard.acquired(tenant.id, now)
         queue.charge_admit(tenant.id, tenant.weight, route_req.prompt_tokens)
+        if now > deadline and not rec.dispatched_late:  # once, should a retry dispatch it again
+            rec.dispatched_late = True
+            edge.metrics.child(edge.metrics.dispatched_late, req.model, rec.priority).inc()
         return ticket
 
-    waiter = Waiter(tenant.id, tenant.weight, rec.priority, route_req.prompt_tokens, time.monotonic(),
-                    try_dispatch)
     t_wait = time.monotonic()
+    waiter = Waiter(tenant.id, tenant.weight, rec.priority, route_req.prompt_tokens, t_wait, try_dispatch,
+                    deadline=deadline)
     try:
         ticket = await edge.admission.admit(variant.id, waiter)
     finally:  # dispatched, timed out or given up: it waited this long either way

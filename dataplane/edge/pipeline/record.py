@@ -28,6 +28,8 @@ class RequestRecord:
     rate_headers: dict[str, str] = field(default_factory=dict)
     response_started: bool = False
     queue_ms: float | None = None
+    # It left the queue past the last moment it could meet its TTFT SLO (admit.dispatch_deadline).
+    dispatched_late: bool = False
     ttft_ms: float | None = None
     status: str = "error"
     http_status: int = 500
