@@ -7,9 +7,13 @@ copies count one each). Arrivals are spread evenly over the step.
 * Served on arrival (no backlog ahead): inside the SLO with the probability the calibration
   measured for one replica at that load (``Capacity.within`` at u = arrivals / capacity), and
   with that load's p95 TTFT as its TTFT sample.
-* Above capacity, requests queue (FIFO) and are served at the replicas' rate in later
-  one-second sub-steps; a queued request's TTFT is its wait plus the median TTFT of a saturated
-  replica, inside the SLO when that is at most the SLO.
+* Above capacity, requests queue and are served at the replicas' rate in later one-second
+  sub-steps, deadline-first as the edge's queue serves them: those that can still meet the SLO
+  first, oldest first, then those already past it, oldest first. A queued request's TTFT is its
+  wait plus the median TTFT of a saturated replica, inside the SLO when that is at most the SLO.
+  The TTFT gauge the autoscaler reads leaves out requests served past their deadline, as the
+  edge's signal does (``dataplane/edge/pipeline/stream.py``): the backlog they waited in is
+  reported as queued requests.
 * With no ready replica at all, requests wait (the edge holds them, as it does for a pool at
   zero) and count as cold-start waits; they are served once a replica is ready.
 * A request still waiting after ``timeout_s`` (300 s) is dropped by its client: a miss.
@@ -103,7 +107,7 @@ class PoolQueue:
             self._count(t, arrivals * within)
             self._sample(t + dt, p95, arrivals)
             return StepResult(float(arrivals), u, 0.0)
-        # Backlog or overload: FIFO in one-second sub-steps.
+        # Backlog or overload: deadline-first in one-second sub-steps.
         sat_ttft = sum(k * c.qps * c.p50_ttft[-1] for k, c in servers) / rate
         within_free = sum(k * c.qps * c.at(c.within, min(1.0, u)) for k, c in servers) / rate
         p95_free = sum(k * c.qps * c.at(c.p95_ttft, min(1.0, u)) for k, c in servers) / rate
@@ -118,8 +122,13 @@ class PoolQueue:
                 self.backlog += per_sub
             room = rate * sub
             used = 0.0
-            while room > 1e-9 and self.cohorts:
-                cohort = self.cohorts[0]
+            # Deadline order, as the edge's queue serves (dataplane/edge/fairness.py): cohorts that
+            # can still meet the SLO first, oldest first, then those past it, oldest first.
+            latest_ok = start - (self.slo_s - sat_ttft)  # arrived earlier: too late already
+            late = [c for c in self.cohorts if c[0] < latest_ok]
+            for cohort in [c for c in self.cohorts if c[0] >= latest_ok] + late:
+                if room <= 1e-9:
+                    break
                 x = min(cohort[1], room)
                 mid = start + (used + x / 2) / rate
                 wait = mid - cohort[0]
@@ -130,14 +139,15 @@ class PoolQueue:
                     ttft = wait + sat_ttft
                     if ttft <= self.slo_s:
                         self._count(cohort[0], x)
-                    self._sample(start, ttft, x)
+                    if cohort[0] >= latest_ok:  # as the edge reports TTFT to the autoscaler
+                        self._sample(start, ttft, x)
                 cohort[1] -= x
                 room -= x
                 used += x
                 served += x
                 self.backlog -= x
-                if cohort[1] <= 1e-9:
-                    self.cohorts.popleft()
+            if any(c[1] <= 1e-9 for c in self.cohorts):
+                self.cohorts = deque(c for c in self.cohorts if c[1] > 1e-9)
             if self.backlog < 1e-9:
                 self.backlog = 0.0
         self._expire(t + dt)
