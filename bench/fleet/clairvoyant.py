@@ -106,8 +106,9 @@ def lower_bound(arrivals: Mapping[str, np.ndarray], dt: float, first_step: int, 
                 demand_factor: float = 1.0) -> Bound:
     """``arrivals[pool][k]`` counts requests of step k (``dt`` long); the day starts at ``first_step``.
 
-    ``demand_factor`` > 1 provisions every interval for that multiple of its demand: the bound's
-    price of a higher SLO attainment (``attainment`` measures what it gets)."""
+    ``demand_factor`` provisions every interval for that multiple of its demand: above 1 the
+    bound's price of a higher SLO attainment, below 1 what it saves at a lower one
+    (``attainment`` measures what it gets)."""
     per = round(INTERVAL_S / dt)
     pools = sorted(arrivals)
     steps = len(arrivals[pools[0]]) - first_step

@@ -7,10 +7,11 @@ across seeds, catalogs and load levels, not on one day.
 A day is ``catalog:seed[:load scale]`` (the load scale multiplies the main pools' request rates,
 as ``bench.fleet --load-scale`` does). Each day runs the ``nimbus`` contender and the bound at
 every ``run.BOUND_FACTORS`` (the bound's cost against its SLO attainment), and prices Nimbus's
-day against the bound's at Nimbus's own attainment (``bound_at``). Where Nimbus's attainment is
-below the bound's at f = 1, that is f = 1's cost, and the points Nimbus is short by are free in
-that ratio; a second ratio adds them at the bound's own price (``shortfall_price``), so that a
-change that saves $ by missing more requests is judged by what those requests are worth.
+day against the bound's at Nimbus's own attainment (``bound_at``), read off the bound's curve
+from f = 0.95 to 1.1. Where Nimbus's attainment is below the lowest factor's, that is the lowest
+factor's cost, and the points Nimbus is short by are free in that ratio; a second ratio adds
+them at the bound's own price (``shortfall_price``), so that a change that saves $ by missing
+more requests is judged by what those requests are worth.
 
 One day is not a verdict: the same code measures 1.19x to 1.23x the bound from one day to the
 next (bench/fleet/README.md), more than most changes move it. Compare two versions of the code
@@ -61,14 +62,13 @@ class Day:
 def bound_at(bounds: list[dict], attainment: float) -> tuple[float, str] | None:
     """The bound's $ at ``attainment`` and how it was read off its curve.
 
-    Between two demand factors: interpolated (``run.equal_slo_bound``). Below the attainment the
-    bound gets at f = 1: f = 1's cost, the least the bound ever pays (provisioning under each
-    minute's demand is not a bound on anything): never a cheaper bound than f = 1's, though the
-    attainment Nimbus lacks is then left out (``shortfall_price`` adds it). Above the highest
-    factor: None (no extrapolation)."""
+    Between two demand factors: interpolated (``run.equal_slo_bound``), below f = 1 as well as
+    above it. Below the attainment of the lowest factor: that factor's cost, the least the bound
+    is measured to pay, with the attainment Nimbus lacks left out (``shortfall_price`` adds it).
+    Above the highest factor: None (no extrapolation)."""
     lowest = min(bounds, key=lambda b: b["demand_factor"])
     if attainment < lowest["slo_attainment"]:
-        return lowest["cost"], "f = 1"
+        return lowest["cost"], f"f = {lowest['demand_factor']:g}"
     eq = run.equal_slo_bound(bounds, attainment)
     if eq is None:
         return None
@@ -76,14 +76,15 @@ def bound_at(bounds: list[dict], attainment: float) -> tuple[float, str] | None:
 
 
 def shortfall_price(bounds: list[dict], attainment: float) -> float:
-    """$ for the attainment Nimbus lacks against the bound at f = 1, at the bound's own price.
+    """$ for the attainment Nimbus lacks against the bound's lowest factor, at the bound's own price.
 
-    ``bound_at`` compares a day below the bound's attainment at f = 1 with f = 1's cost, so the
-    points of SLO attainment Nimbus gives up there cost it nothing in the ratio: a change that
-    saves $ by missing more requests looks like a gain. This prices the shortfall at what the
-    bound pays for attainment from f = 1 to the next factor (its $ per point there), so that
-    such a change counts as a gain only where it saves more than the bound would spend on the
-    same points. 0 at or above f = 1's attainment."""
+    ``bound_at`` compares a day below the lowest factor's attainment with that factor's cost, so
+    the points of SLO attainment Nimbus gives up there would cost it nothing in the ratio: a
+    change that saves $ by missing more requests would look like a gain. This prices the
+    shortfall at what the bound pays for attainment from its lowest factor to the next (its $
+    per point there), so that such a change counts as a gain only where it saves more than the
+    bound would spend on the same points. 0 at or above the lowest factor's attainment, where
+    the curve itself is read."""
     lo, nxt = sorted(bounds, key=lambda b: b["demand_factor"])[:2]
     shortfall = lo["slo_attainment"] - attainment
     if shortfall <= 0 or nxt["slo_attainment"] <= lo["slo_attainment"]:
@@ -93,16 +94,16 @@ def shortfall_price(bounds: list[dict], attainment: float) -> float:
 
 def summarize(day: Day, results: dict) -> dict:
     """One day's row: Nimbus's $ and attainment, the bound's $ at that attainment, and the ratio
-    with Nimbus's shortfall against f = 1 priced in (``shortfall_price``)."""
+    with any shortfall below the bound's curve priced in (``shortfall_price``)."""
     ours = results["nimbus"]
     bounds = [r for k, r in results.items() if k.startswith("clairvoyant")]
     at = bound_at(bounds, ours["slo_attainment"])
-    lowest = min(bounds, key=lambda b: b["demand_factor"])
+    at_one = next(b for b in bounds if b["demand_factor"] == 1.0)
     priced = ours["cost"] + shortfall_price(bounds, ours["slo_attainment"])
     return {"day": day.name, "cost": ours["cost"], "slo_attainment": ours["slo_attainment"],
             "fragmentation": ours["fragmentation"],
             "burst_attainment": ours["slo_by_phase"].get("burst", {}).get("attainment"),
-            "bound_attainment": lowest["slo_attainment"], "shortfall_priced_cost": priced,
+            "bound_attainment": at_one["slo_attainment"], "shortfall_priced_cost": priced,
             "bound_cost": None if at is None else at[0], "bound_basis": None if at is None else at[1],
             "ratio": None if at is None else ours["cost"] / at[0],
             "shortfall_priced_ratio": None if at is None else priced / at[0]}

@@ -43,8 +43,11 @@ CONTENDERS = ("nimbus", "nimbus-no-consol", "skyserve")
 # autoscaler's own hysteresis (``controlplane.fleet.spares``, ``AutoscalerConfig.for_warm_surplus``)
 DIAGNOSTICS = ("nimbus-oracle", "nimbus-no-spares")
 # The bound provisioned for these multiples of each interval's demand as well: its cost at a
-# contender's SLO attainment is interpolated on them (``equal_slo_bound``).
-BOUND_FACTORS = (1.0, 1.02, 1.05, 1.1)
+# contender's SLO attainment is interpolated on them (``equal_slo_bound``). Below 1 it is
+# provisioned short of each minute's demand: served deadline-first (``fluid``), its attainment
+# falls steeply but not to nothing, so a contender below f = 1's attainment is still compared
+# with what the bound pays for that attainment, not with f = 1's cost.
+BOUND_FACTORS = (0.95, 0.98, 1.0, 1.02, 1.05, 1.1)
 PHASES = ("steady", "burst", "after-burst", "episode")
 
 
@@ -67,7 +70,7 @@ def row_factor(kind: str) -> float:
 
 
 def bound_row(demand_factor: float) -> str:
-    """The bound's row at ``demand_factor``: "clairvoyant" at 1, "clairvoyant-x1.05" above."""
+    """The bound's row at ``demand_factor``: "clairvoyant" at 1, "clairvoyant-x1.05" (or -x0.98) elsewhere."""
     return "clairvoyant" if demand_factor == 1.0 else f"clairvoyant-x{demand_factor:g}"
 
 

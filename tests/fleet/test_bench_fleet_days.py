@@ -12,7 +12,8 @@ import pytest
 from bench.fleet.days import Day, bound_at, render, shortfall_price, summarize
 
 # The bound's curve: $ and attainment at each demand factor.
-CURVE = [{"demand_factor": 1.0, "cost": 1000.0, "slo_attainment": 0.93},
+CURVE = [{"demand_factor": 0.98, "cost": 960.0, "slo_attainment": 0.85},
+         {"demand_factor": 1.0, "cost": 1000.0, "slo_attainment": 0.93},
          {"demand_factor": 1.02, "cost": 1020.0, "slo_attainment": 0.96},
          {"demand_factor": 1.05, "cost": 1050.0, "slo_attainment": 0.975}]
 
@@ -31,21 +32,23 @@ def test_the_bound_is_read_off_its_curve_at_nimbuss_attainment():
     cost, basis = bound_at(CURVE, 0.94)
     assert cost == pytest.approx(1000.0 + 20.0 / 3)
     assert basis == "f = 1.007"
-    # below the bound's attainment at f = 1: f = 1's cost, never a cheaper (flattering) one
-    assert bound_at(CURVE, 0.90) == (1000.0, "f = 1")
+    # below f = 1's attainment the curve goes on below f = 1: a cheaper bound, a stricter ratio
+    assert bound_at(CURVE, 0.89) == (pytest.approx(980.0), "f = 0.990")
+    # below the lowest factor's attainment: its cost, never a cheaper (flattering) one
+    assert bound_at(CURVE, 0.80) == (960.0, "f = 0.98")
     # above the highest factor there is nothing to read
     assert bound_at(CURVE, 0.99) is None
 
 
-def test_the_attainment_nimbus_lacks_against_f_1_is_priced_at_the_bounds_own_rate():
-    # from f = 1 to 1.02 the bound pays $20 for 3 points: $20/3 a point
-    assert shortfall_price(CURVE, 0.90) == pytest.approx(3 * 20.0 / 3)
-    assert shortfall_price(CURVE, 0.925) == pytest.approx(0.5 * 20.0 / 3)
-    # at or above f = 1's attainment nothing is short (bound_at already compares at equal SLO)
-    assert shortfall_price(CURVE, 0.93) == 0.0
+def test_the_attainment_nimbus_lacks_below_the_curve_is_priced_at_the_bounds_own_rate():
+    # from f = 0.98 to 1 the bound pays $40 for 8 points: $5 a point
+    assert shortfall_price(CURVE, 0.80) == pytest.approx(5 * 5.0)
+    assert shortfall_price(CURVE, 0.845) == pytest.approx(0.5 * 5.0)
+    # at or above the lowest factor's attainment nothing is short (bound_at compares at equal SLO)
+    assert shortfall_price(CURVE, 0.85) == 0.0
     assert shortfall_price(CURVE, 0.97) == 0.0
     # the factors may come in any order
-    assert shortfall_price(list(reversed(CURVE)), 0.90) == pytest.approx(20.0)
+    assert shortfall_price(list(reversed(CURVE)), 0.80) == pytest.approx(25.0)
 
 
 def test_the_summed_row_divides_summed_costs_and_names_the_worst_day():
@@ -54,19 +57,20 @@ def test_the_summed_row_divides_summed_costs_and_names_the_worst_day():
                   "slo_by_phase": {"burst": {"attainment": 0.4}}}
         return {"nimbus": nimbus, **{f"clairvoyant-x{b['demand_factor']:g}": b for b in CURVE}}
 
-    rows = [summarize(Day("sample", 1), runs(1230.0, 0.90)),  # against f = 1: 1.23
+    rows = [summarize(Day("sample", 1), runs(1230.0, 0.80)),  # below the curve, against f = 0.98
             summarize(Day("fine", 1), runs(1190.0, 0.96)),  # against f = 1.02: 1190 / 1020
             summarize(Day("fine", 2), runs(1300.0, 0.99))]  # off the curve: not priced
-    assert rows[0]["ratio"] == pytest.approx(1.23)
+    assert rows[0]["ratio"] == pytest.approx(1230.0 / 960.0)
+    assert rows[0]["bound_attainment"] == 0.93  # the column shows f = 1's, the lowest factor aside
     assert rows[1]["ratio"] == pytest.approx(1190.0 / 1020.0)
     assert rows[2]["ratio"] is None
-    # 3 points short of f = 1 at $20/3 a point: $20 more; at 0.96 nothing is short
-    assert rows[0]["shortfall_priced_ratio"] == pytest.approx(1250.0 / 1000.0)
+    # 5 points short of f = 0.98 at $5 a point: $25 more; at 0.96 nothing is short
+    assert rows[0]["shortfall_priced_ratio"] == pytest.approx(1255.0 / 960.0)
     assert rows[1]["shortfall_priced_ratio"] == pytest.approx(rows[1]["ratio"])
     text = render(rows)
-    assert (f"summed over 2 days: {(1230.0 + 1190.0) / 2020.0:.4f}x the bound at equal SLO "
-            f"({(1250.0 + 1190.0) / 2020.0:.4f}x with the SLO shortfall priced)") in text
-    assert "| sample:1 | 1,230 | 90.00 % | 40.0 % | 2.0 % | 93.00 % | 1,000 (f = 1) | 1.230 | 1.250 |" in text
-    assert "worst day sample:1 1.230x" in text
+    assert (f"summed over 2 days: {(1230.0 + 1190.0) / 1980.0:.4f}x the bound at equal SLO "
+            f"({(1255.0 + 1190.0) / 1980.0:.4f}x with the SLO shortfall priced)") in text
+    assert "| sample:1 | 1,230 | 80.00 % | 40.0 % | 2.0 % | 93.00 % | 960 (f = 0.98) | 1.281 | 1.307 |" in text
+    assert "worst day sample:1 1.281x" in text
     assert "days at or under 1.2x: 1 of 2" in text
     assert "— (above the bound's curve)" in text
