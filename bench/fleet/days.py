@@ -1,14 +1,14 @@
 """Nimbus against the clairvoyant bound over several fleet days: issue 15's 1.2x target judged
 across seeds, catalogs and load levels, not on one day.
 
-    .venv/bin/python -m bench.fleet.days                           # the nine days below, ~7 min on 2 cores
+    .venv/bin/python -m bench.fleet.days                           # the nine days below, ~13 min on 2 cores
     .venv/bin/python -m bench.fleet.days --day sample:3 --day fine:1:0.5 --json /tmp/days.json
 
 A day is ``catalog:seed[:load scale]`` (the load scale multiplies the main pools' request rates,
 as ``bench.fleet --load-scale`` does). Each day runs the ``nimbus`` contender and the bound at
 every ``run.BOUND_FACTORS`` (the bound's cost against its SLO attainment), and prices Nimbus's
 day against the bound's at Nimbus's own attainment (``bound_at``), read off the bound's curve
-from f = 0.95 to 1.1. Where Nimbus's attainment is below the lowest factor's, that is the lowest
+from f = 0.95 to 1.1 (``run.BOUND_FACTORS``). Where Nimbus's attainment is below the lowest factor's, that is the lowest
 factor's cost, and the points Nimbus is short by are free in that ratio; a second ratio adds
 them at the bound's own price (``shortfall_price``), so that a change that saves $ by missing
 more requests is judged by what those requests are worth.

@@ -47,7 +47,7 @@ DIAGNOSTICS = ("nimbus-oracle", "nimbus-no-spares")
 # provisioned short of each minute's demand: served deadline-first (``fluid``), its attainment
 # falls steeply but not to nothing, so a contender below f = 1's attainment is still compared
 # with what the bound pays for that attainment, not with f = 1's cost.
-BOUND_FACTORS = (0.95, 0.98, 1.0, 1.02, 1.05, 1.1)
+BOUND_FACTORS = (0.95, 0.98, 0.99, 1.0, 1.02, 1.05, 1.1)
 PHASES = ("steady", "burst", "after-burst", "episode")
 
 
