@@ -102,15 +102,15 @@ def test_queue_timeout_is_503_with_retry_after(edge_factory, slow_sim):
 def test_a_request_that_can_still_meet_the_slo_goes_before_those_past_it(edge_factory, slow_sim):
     """Within one tenant, the queue serves first the requests that can still meet the pool's TTFT
     SLO; those already past it go after them, and all of them are answered."""
-    edge = one_slot_edge(edge_factory, slow_sim, ttft_slo_ms=1000)
+    edge = one_slot_edge(edge_factory, slow_sim, ttft_slo_ms=2000)
     finished: list[str] = []
     near_end = threading.Event()
 
-    def blocker() -> None:  # holds the one slot for ~3 s, and says when it is nearly done
+    def blocker() -> None:  # holds the one slot for ~6 s, and says when it has ~0.7 s to go
         c = openai.OpenAI(base_url=edge.url + "/v1", api_key=FLOOD, max_retries=0, timeout=60)
-        for i, _ in enumerate(c.completions.create(model="demo", prompt="blocker", max_tokens=2000, stream=True,
+        for i, _ in enumerate(c.completions.create(model="demo", prompt="blocker", max_tokens=4000, stream=True,
                                                     extra_body={"ignore_eos": True})):
-            if i == 1700:
+            if i == 3500:
                 near_end.set()
         finished.append("blocker")
 
@@ -120,7 +120,7 @@ def test_a_request_that_can_still_meet_the_slo_goes_before_those_past_it(edge_fa
     old = [threading.Thread(target=run, args=(edge, FLOOD, finished, f"old{i}", 20)) for i in range(3)]
     for t in old:
         t.start()
-    assert near_end.wait(30)  # by now the three have waited far past the 1-s SLO
+    assert near_end.wait(30)  # by now the three have waited far past the 2-s SLO
     assert finished == []
     new = threading.Thread(target=run, args=(edge, FLOOD, finished, "new", 20))
     new.start()
