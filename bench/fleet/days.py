@@ -8,10 +8,10 @@ A day is ``catalog:seed[:load scale]`` (the load scale multiplies the main pools
 as ``bench.fleet --load-scale`` does). Each day runs the ``nimbus`` contender and the bound at
 every ``run.BOUND_FACTORS`` (the bound's cost against its SLO attainment), and prices Nimbus's
 day against the bound's at Nimbus's own attainment (``bound_at``), read off the bound's curve
-from f = 0.95 to 1.1 (``run.BOUND_FACTORS``). Where Nimbus's attainment is below the lowest factor's, that is the lowest
-factor's cost, and the points Nimbus is short by are free in that ratio; a second ratio adds
-them at the bound's own price (``shortfall_price``), so that a change that saves $ by missing
-more requests is judged by what those requests are worth.
+from f = 0.95 to 1.1. Where Nimbus's attainment is below the lowest factor's, that is the
+lowest factor's cost, and the points Nimbus is short by are free in that ratio; a second ratio
+adds them at the bound's own price (``shortfall_price``), so that a change that saves $ by
+missing more requests is judged by what those requests are worth.
 
 One day is not a verdict: the same code measures 1.19x to 1.23x the bound from one day to the
 next (bench/fleet/README.md), more than most changes move it. Compare two versions of the code
