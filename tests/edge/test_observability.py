@@ -27,6 +27,8 @@ def test_dashboard_is_valid_and_uses_real_edge_metrics():
     titles = " ".join(p["title"].lower() for p in dash["panels"])
     for word in ("first token", "inter-token", "queue time", "errors", "retries", "routing", "prefix"):
         assert word in titles
+    # the requests the fair queue served past their SLO deadline (fairness.py) are on it too
+    assert "nimbus_edge_dispatched_late_total" in used
 
 
 def test_loop_histogram_renders_exactly_as_a_prometheus_histogram():
