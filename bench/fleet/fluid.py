@@ -125,8 +125,11 @@ class PoolQueue:
             # Deadline order, as the edge's queue serves (dataplane/edge/fairness.py): cohorts that
             # can still meet the SLO first, oldest first, then those past it, oldest first.
             latest_ok = start - (self.slo_s - sat_ttft)  # arrived earlier: too late already
-            late = [c for c in self.cohorts if c[0] < latest_ok]
-            for cohort in [c for c in self.cohorts if c[0] >= latest_ok] + late:
+            fresh: list[list[float]] = []
+            late: list[list[float]] = []
+            for c in self.cohorts:
+                (fresh if c[0] >= latest_ok else late).append(c)
+            for cohort in fresh + late:
                 if room <= 1e-9:
                     break
                 x = min(cohort[1], room)

@@ -125,11 +125,9 @@ class FairQueue:
     def heads(self, now: float = -math.inf) -> Iterator[Waiter]:
         """Head waiter of each (class, tenant) queue as of ``now``, in serving order."""
         heads = {key: q.head(now) for key, q in self._queues.items()}
-        keys = sorted(heads, key=lambda k: (k[0], self.counters.get(k[1], 0.0), heads[k].seq))
-        for key in keys:
-            q = self._queues.get(key)
-            if q:
-                yield q.head(now)
+        for key in sorted(heads, key=lambda k: (k[0], self.counters.get(k[1], 0.0), heads[k].seq)):
+            if key in self._queues:  # a consumer may have emptied it meanwhile
+                yield heads[key]
 
     def pop_next(self, now: float = -math.inf) -> Waiter | None:
         for head in self.heads(now):
